@@ -1,0 +1,45 @@
+"""The embedded mode's worker: real Celery worker threads inside the portal process.
+
+The broker is in memory, so only a worker in the same process can receive the
+tasks; `make run` and the embedded test suite start it through here.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+
+from django.conf import settings
+
+from portal.celery import app
+
+log = logging.getLogger(__name__)
+
+
+def start_worker(concurrency: int | None = None, hostname: str = "embedded@%h"):
+    """Start a Celery worker on a thread pool, in a daemon thread; returns the WorkController."""
+    worker = app.WorkController(
+        hostname=hostname,
+        pool_cls="threads",
+        concurrency=concurrency or settings.PORTAL_WORKER_THREADS,
+        queues=[settings.CELERY_TASK_DEFAULT_QUEUE],
+        without_heartbeat=True,
+        without_mingle=True,
+        without_gossip=True,
+        loglevel="WARNING",
+    )
+    thread = threading.Thread(target=worker.start, name="celery-embedded", daemon=True)
+    thread.start()
+    atexit.register(stop_worker, worker)
+    return worker
+
+
+def stop_worker(worker) -> None:
+    from sessions.worker import shutdown_pool
+
+    try:
+        worker.stop(in_sighandler=False, exitcode=0)
+    except Exception:  # noqa: BLE001 - stopping at exit must not mask the real exit
+        log.debug("embedded worker stop failed", exc_info=True)
+    shutdown_pool()

@@ -1,0 +1,34 @@
+"""Serve the portal with Daphne; in the embedded mode, with its Celery worker threads in-process."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+
+class Command(BaseCommand):
+    help = "Serve HTTP and WebSockets on one port (and, in the embedded mode, run the worker threads too)."
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--no-worker", action="store_true", help="Do not start the embedded worker threads.")
+
+    def handle(self, *args, host: str, port: int, no_worker: bool, **options) -> None:
+        from daphne.endpoints import build_endpoint_description_strings
+        from daphne.server import Server
+
+        from portal.asgi import application
+
+        if settings.EMBEDDED and not no_worker:
+            from portal.embedded import start_worker
+
+            start_worker()
+        mode = "embedded: SQLite, in-memory broker and channel layer" if settings.EMBEDDED else "distributed"
+        self.stdout.write(f"MCP Portal ({mode}) ready at http://{host}:{port}/", ending="\n")
+        self.stdout.flush()
+        Server(
+            application=application,
+            endpoints=build_endpoint_description_strings(host=host, port=port),
+            verbosity=0,
+        ).run()

@@ -1,0 +1,199 @@
+"""Settings, all from the environment.
+
+Two runtime modes share one code path and differ only here:
+- embedded (default): SQLite under ./var, in-memory channel layer and broker, the
+  Celery worker running as threads inside the portal process (`make run`);
+- distributed: DATABASE_URL and REDIS_URL set; PostgreSQL, channels_redis, Celery on
+  Redis, with daphne and `celery -A portal worker` as separate processes.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from portal.env import envbool, envfloat, envint, envlist, envsecret
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("PORTAL_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+DATABASE_URL = os.environ.get("DATABASE_URL", "")
+REDIS_URL = os.environ.get("REDIS_URL", "")
+if bool(DATABASE_URL) != bool(REDIS_URL):
+    raise ImproperlyConfigured("The distributed mode needs both DATABASE_URL and REDIS_URL; set both or neither.")
+PORTAL_MODE = "distributed" if DATABASE_URL else "embedded"
+EMBEDDED = PORTAL_MODE == "embedded"
+TESTING = "pytest" in sys.modules or envbool("PORTAL_TESTING", False)
+
+
+def _secret_key() -> str:
+    key = envsecret("DJANGO_SECRET_KEY")
+    if key:
+        return key
+    if not EMBEDDED:
+        raise ImproperlyConfigured("The distributed mode needs DJANGO_SECRET_KEY (or DJANGO_SECRET_KEY_FILE).")
+    # The embedded mode keeps a generated key beside its database, readable only by its owner.
+    path = VAR_DIR / "secret_key"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(50))
+    return path.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+DEBUG = envbool("DJANGO_DEBUG", False)
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", "")
+SITE_URL = os.environ.get("SITE_URL", "http://127.0.0.1:8000")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "allauth",
+    "allauth.account",
+    "channels",
+    "portal",
+    "servers",
+    "sessions.apps.SessionsConfig",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "portal.middleware.content_security_policy",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
+]
+
+ROOT_URLCONF = "portal.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+ASGI_APPLICATION = "portal.asgi.application"
+WSGI_APPLICATION = None
+
+if EMBEDDED:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": VAR_DIR / "portal.sqlite3",
+            # WAL and IMMEDIATE let the worker threads and the web threads write without
+            # "database is locked"; the browser tests' portal process shares the test file.
+            "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL;", "transaction_mode": "IMMEDIATE", "timeout": 20},
+            "TEST": {"NAME": str(VAR_DIR / "test.sqlite3")},
+        }
+    }
+    CHANNEL_LAYERS = {"default": {"BACKEND": "portal.channel_layer.EmbeddedChannelLayer"}}
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    CELERY_BROKER_URL = "memory://"
+    # The memory transport polls; the default 1 s would be added to every call.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 0.005}
+else:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=envint("DB_CONN_MAX_AGE", 60))}
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": os.environ.get("CHANNELS_PREFIX", "portal"), "capacity": 1000},
+        }
+    }
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CELERY_BROKER_URL = REDIS_URL
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_QUEUE", "portal")
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "allauth.account.auth_backends.AuthenticationBackend",
+]
+
+# Accounts (django-allauth)
+ACCOUNT_ADAPTER = "servers.adapter.AccountAdapter"
+ACCOUNT_LOGIN_METHODS = {"username", "email"}
+ACCOUNT_SIGNUP_FIELDS = ["email*", "username*", "password1*", "password2*"]
+ACCOUNT_EMAIL_VERIFICATION = "none"
+ACCOUNT_LOGOUT_ON_GET = False
+LOGIN_URL = "account_login"
+LOGIN_REDIRECT_URL = "/"
+ACCOUNT_LOGOUT_REDIRECT_URL = "/accounts/login/"
+PORTAL_SIGNUP_OPEN = envbool("PORTAL_SIGNUP_OPEN", True)
+PORTAL_DEFAULT_TEAM = os.environ.get("PORTAL_DEFAULT_TEAM", "Default team")
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "portal@localhost")
+
+# Cookies and headers. Secure cookies need HTTPS, so they are on where the operator says so.
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = envbool("PORTAL_SECURE_COOKIES", not EMBEDDED)
+SESSION_COOKIE_SAMESITE = "Lax"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "static"
+PORTAL_SERVE_STATIC = envbool("PORTAL_SERVE_STATIC", True)
+
+# MCP connections (the seeds' constants)
+MCP_CONNECT_TIMEOUT = envfloat("MCP_CONNECT_TIMEOUT", 30.0)
+MCP_REQUEST_TIMEOUT = envfloat("MCP_REQUEST_TIMEOUT", 60.0)
+MCP_SERVER_CONNECTION_BATCH_SIZE = envint("MCP_SERVER_CONNECTION_BATCH_SIZE", 3)
+MCP_REMOTE_SERVER_CONNECTION_BATCH_SIZE = envint("MCP_REMOTE_SERVER_CONNECTION_BATCH_SIZE", 20)
+MCP_POOL_MAX_CONNECTIONS = envint("MCP_POOL_MAX_CONNECTIONS", 200)
+MCP_POOL_IDLE_SECONDS = envfloat("MCP_POOL_IDLE_SECONDS", 600.0)
+PORTAL_WORKER_THREADS = envint("PORTAL_WORKER_THREADS", 8)
+PORTAL_WORKER_HEARTBEAT_SECONDS = envfloat("PORTAL_WORKER_HEARTBEAT_SECONDS", 5.0)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {
+        "httpx2": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},
+        "daphne": {"level": "WARNING"},
+    },
+}

@@ -1,0 +1,131 @@
+"""The server registration form: what a team admin types, checked with messages they can act on."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+from django.core.validators import URLValidator
+
+from sessions.mcp.naming import VALID_NAME, normalize_name
+
+from .models import Server, Team, TransportKind
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+
+
+def parse_pairs(text: str, separator: str, name_pattern: re.Pattern[str], what: str) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if separator not in line:
+            raise ValidationError(f"Line {number}: write each {what} as NAME{separator}value.")
+        name, value = line.split(separator, 1)
+        name = name.strip()
+        if not name_pattern.match(name):
+            raise ValidationError(f"Line {number}: {name!r} is not a valid {what} name.")
+        pairs[name] = value.strip() if separator == ":" else value
+    return pairs
+
+
+def format_pairs(pairs: dict[str, str], separator: str) -> str:
+    joiner = f"{separator} " if separator == ":" else separator
+    return "\n".join(f"{name}{joiner}{value}" for name, value in pairs.items())
+
+
+class ServerForm(forms.Form):
+    team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None)
+    name = forms.CharField(
+        max_length=64,
+        help_text="Letters, digits, _ and -. Tools appear as mcp__<name>__<tool>.",
+    )
+    description = forms.CharField(max_length=300, required=False)
+    transport = forms.ChoiceField(choices=TransportKind.choices, widget=forms.RadioSelect)
+    command = forms.CharField(max_length=500, required=False, help_text="For stdio: the executable, e.g. npx or /usr/bin/python3.")
+    args = forms.CharField(
+        label="Arguments", required=False, widget=forms.Textarea(attrs={"rows": 3}), help_text="One argument per line."
+    )
+    env = forms.CharField(
+        label="Environment", required=False, widget=forms.Textarea(attrs={"rows": 3}), help_text="One NAME=value per line."
+    )
+    cwd = forms.CharField(label="Working directory", max_length=500, required=False)
+    url = forms.CharField(label="URL", max_length=500, required=False, help_text="For Streamable HTTP: the MCP endpoint, e.g. https://example.com/mcp.")
+    headers = forms.CharField(
+        required=False, widget=forms.Textarea(attrs={"rows": 3}), help_text="One Header-Name: value per line."
+    )
+    request_timeout = forms.FloatField(
+        label="Request timeout (seconds)", min_value=1, max_value=3600, initial=60,
+        help_text="How long one request may take before the call ends as timed out.",
+    )
+    enabled = forms.BooleanField(required=False, initial=True)
+
+    def __init__(self, *args: Any, teams: Any, instance: Server | None = None, **kwargs: Any):
+        self.instance = instance
+        if instance is not None and "initial" not in kwargs:
+            kwargs["initial"] = {
+                "team": instance.team_id,
+                "name": instance.name,
+                "description": instance.description,
+                "transport": instance.transport,
+                "command": instance.command,
+                "args": "\n".join(instance.args),
+                "env": format_pairs(instance.env, "="),
+                "cwd": instance.cwd,
+                "url": instance.url,
+                "headers": format_pairs(instance.headers, ":"),
+                "request_timeout": instance.request_timeout,
+                "enabled": instance.enabled,
+            }
+        super().__init__(*args, **kwargs)
+        self.fields["team"].queryset = teams
+        if instance is None and teams.count() == 1:
+            self.fields["team"].initial = teams.first()
+        if instance is not None:
+            # Moving a server between teams would hand its history to another team.
+            self.fields["team"].disabled = True
+
+    def clean_name(self) -> str:
+        name = self.cleaned_data["name"].strip()
+        if not VALID_NAME.match(normalize_name(name)):
+            raise ValidationError("Use 1 to 64 letters, digits, _ or - (other characters become _).")
+        return name
+
+    def clean_args(self) -> list[str]:
+        return [line.strip() for line in self.cleaned_data["args"].splitlines() if line.strip()]
+
+    def clean_env(self) -> dict[str, str]:
+        return parse_pairs(self.cleaned_data["env"], "=", ENV_NAME, "environment variable")
+
+    def clean_headers(self) -> dict[str, str]:
+        return parse_pairs(self.cleaned_data["headers"], ":", HEADER_NAME, "header")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        transport = data.get("transport")
+        if transport == TransportKind.STDIO:
+            if not data.get("command", "").strip():
+                self.add_error("command", "Enter the command that starts the server.")
+            data["url"] = ""
+            data["headers"] = {}
+        elif transport == TransportKind.HTTP:
+            url = data.get("url", "").strip()
+            if not url:
+                self.add_error("url", "Enter the server's URL.")
+            else:
+                try:
+                    URLValidator(schemes=["http", "https"])(url)
+                except ValidationError:
+                    self.add_error("url", "Enter a valid http:// or https:// URL.")
+            data["url"] = url
+            data["command"], data["args"], data["env"], data["cwd"] = "", [], {}, ""
+        team, name = data.get("team"), data.get("name")
+        if team is not None and name:
+            wanted = normalize_name(name).lower()
+            others = Server.objects.filter(team=team).exclude(pk=getattr(self.instance, "pk", None))
+            if any(normalize_name(other.name).lower() == wanted for other in others.only("name")):
+                self.add_error("name", f"The team already has a server named {name!r}.")
+        return data

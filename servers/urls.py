@@ -1,0 +1,12 @@
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("", views.server_list, name="server_list"),
+    path("add/", views.server_add, name="server_add"),
+    path("<int:server_id>/", views.server_detail, name="server_detail"),
+    path("<int:server_id>/edit/", views.server_edit, name="server_edit"),
+    path("<int:server_id>/toggle/", views.server_toggle, name="server_toggle"),
+    path("<int:server_id>/delete/", views.server_delete, name="server_delete"),
+]

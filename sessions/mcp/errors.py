@@ -1,0 +1,120 @@
+"""Turning whatever a connection or call raised into a diagnosis a person can act on."""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import anyio
+import httpx2
+
+from mcp.shared.exceptions import MCPError
+
+from .config import ServerConfig
+
+REQUEST_TIMEOUT = -32001
+
+
+@dataclass
+class Failure:
+    """Why a connection or call failed. `kind` is stable (the UI and tests switch on it)."""
+
+    kind: str
+    message: str
+    stderr_tail: str = ""
+    status_code: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class ConnectionFailed(Exception):
+    """Raised by the pool when a server cannot be reached; carries the diagnosis."""
+
+    def __init__(self, failure: Failure):
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+def leaf_exceptions(exc: BaseException) -> Iterator[BaseException]:
+    """The SDK wraps connect-time errors in (nested) ExceptionGroups; the leaves say what happened."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            yield from leaf_exceptions(inner)
+    else:
+        yield exc
+
+
+def _first(exc: BaseException, kinds: type[BaseException] | tuple[type[BaseException], ...]) -> BaseException | None:
+    for leaf in leaf_exceptions(exc):
+        seen: BaseException | None = leaf
+        while seen is not None:
+            if isinstance(seen, kinds):
+                return seen
+            seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def is_connection_lost(exc: BaseException) -> bool:
+    """Errors after which the session cannot be used again, so the pool must reconnect."""
+    if _first(exc, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, httpx2.TransportError)):
+        return True
+    mcp_error = _first(exc, MCPError)
+    return isinstance(mcp_error, MCPError) and "connection closed" in str(mcp_error).lower()
+
+
+def diagnose(exc: BaseException, config: ServerConfig, stderr_tail: str = "") -> Failure:
+    """Name the failing layer: command, process, network, HTTP status, timeout or protocol."""
+    if isinstance(exc, ConnectionFailed):
+        return exc.failure
+    target = f"the server {config.name!r}" if config.transport == "stdio" else config.url
+
+    os_error = _first(exc, OSError)
+    if config.transport == "stdio" and isinstance(os_error, OSError) and not isinstance(os_error, TimeoutError):
+        if isinstance(os_error, FileNotFoundError) or os_error.errno == errno.ENOENT:
+            missing = "working directory or command" if config.cwd else "command"
+            return Failure("command_not_found", f"{missing} not found: {config.command}", stderr_tail)
+        if isinstance(os_error, PermissionError):
+            return Failure("command_not_executable", f"permission denied running {config.command}", stderr_tail)
+
+    status_error = _first(exc, httpx2.HTTPStatusError)
+    if isinstance(status_error, httpx2.HTTPStatusError):
+        code = status_error.response.status_code
+        hint = {401: " (the server needs authorization)", 404: " (wrong path?)"}.get(code, "")
+        return Failure("http_status", f"HTTP {code} from {target}{hint}", stderr_tail, status_code=code)
+
+    if _first(exc, ConnectionRefusedError) is not None:
+        return Failure("connection_refused", f"connection refused by {target}", stderr_tail)
+    connect_error = _first(exc, httpx2.ConnectError)
+    if connect_error is not None:
+        text = str(connect_error)
+        lowered = text.lower()
+        if "name or service not known" in lowered or "nodename nor servname" in lowered or "getaddrinfo" in lowered:
+            return Failure("dns", f"cannot resolve the host of {target}: {text}", stderr_tail)
+        if "refused" in lowered:
+            return Failure("connection_refused", f"connection refused by {target}", stderr_tail)
+        return Failure("connect_error", f"cannot connect to {target}: {text}", stderr_tail)
+
+    timeout = _first(exc, (TimeoutError, httpx2.TimeoutException))
+    if timeout is not None:
+        return Failure("timeout", f"{target} did not answer in time", stderr_tail)
+
+    mcp_error = _first(exc, MCPError)
+    if isinstance(mcp_error, MCPError):
+        if mcp_error.error.code == REQUEST_TIMEOUT:
+            return Failure("timeout", f"{target} did not answer in time ({mcp_error.error.message})", stderr_tail)
+        if config.transport == "stdio" and "connection closed" in str(mcp_error).lower():
+            detail = f": {stderr_tail.strip().splitlines()[-1]}" if stderr_tail.strip() else ""
+            return Failure("process_exited", f"the server process exited{detail}", stderr_tail)
+        if "connection closed" in str(mcp_error).lower():
+            return Failure("connection_lost", f"the connection to {target} was closed", stderr_tail)
+        return Failure("protocol", f"MCP error {mcp_error.error.code}: {mcp_error.error.message}", stderr_tail)
+
+    if is_connection_lost(exc):
+        kind = "process_exited" if config.transport == "stdio" else "connection_lost"
+        return Failure(kind, f"the connection to {target} was lost", stderr_tail)
+
+    leaf = next(leaf_exceptions(exc))
+    return Failure("error", f"{type(leaf).__name__}: {leaf}", stderr_tail)

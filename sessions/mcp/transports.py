@@ -1,0 +1,58 @@
+"""One small builder per transport kind, chosen from a table by `ServerConfig.transport`."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import IO, Any, AsyncIterator
+
+import httpx2
+
+from mcp import StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+from .config import ServerConfig
+
+TransportFactory = Callable[[ServerConfig, IO[str]], AbstractAsyncContextManager[Any]]
+
+
+def _stdio(config: ServerConfig, errlog: IO[str]) -> AbstractAsyncContextManager[Any]:
+    params = StdioServerParameters(
+        command=config.command,
+        args=list(config.args),
+        env=dict(config.env) or None,
+        cwd=config.cwd or None,
+    )
+    return stdio_client(params, errlog=errlog)
+
+
+@asynccontextmanager
+async def _http(config: ServerConfig, errlog: IO[str]) -> AsyncIterator[Any]:
+    # Connect, write and pool waits are bounded; the read timeout is not, since the
+    # long-lived GET/SSE stream must stay open. Request timeouts are applied per call.
+    timeout = httpx2.Timeout(config.connect_timeout, read=None)
+    async with httpx2.AsyncClient(headers=dict(config.headers), timeout=timeout, follow_redirects=False) as http:
+        async with streamable_http_client(config.url, http_client=http) as streams:
+            yield streams
+
+
+TRANSPORT_FACTORIES: dict[str, TransportFactory] = {
+    "stdio": _stdio,
+    "http": _http,
+}
+
+
+def open_transport(config: ServerConfig, errlog: IO[str]) -> AbstractAsyncContextManager[Any]:
+    return TRANSPORT_FACTORIES[config.transport](config, errlog)
+
+
+def read_tail(errlog: IO[str], limit: int = 4000) -> str:
+    """The last `limit` bytes a stdio server wrote to stderr (the child writes to the fd directly)."""
+    try:
+        fd = errlog.fileno()
+        size = os.fstat(fd).st_size
+        return os.pread(fd, limit, max(0, size - limit)).decode("utf-8", "replace")
+    except (OSError, ValueError):
+        return ""

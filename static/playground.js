@@ -1,0 +1,293 @@
+import { connect, h } from "./ws.js";
+import { buildForm, FieldError, showErrors } from "./schema-form.js";
+
+const catalog = JSON.parse(document.getElementById("catalog").textContent);
+const selected = JSON.parse(document.getElementById("selected").textContent);
+const $ = (id) => document.getElementById(id);
+
+const state = { server: null, tool: null, form: null, call: null, ref: 0, pendingRef: null };
+const servers = new Map(catalog.map((server) => [server.id, server]));
+
+const TERMINAL_LABELS = {
+  succeeded: "Succeeded",
+  tool_error: "The tool reported an error",
+  failed: "Failed",
+  timed_out: "Timed out",
+  rejected: "Rejected",
+  cancelled: "Cancelled",
+};
+
+// -- server and tool picking ---------------------------------------------------------------
+
+function selectServer(id, { refresh = false } = {}) {
+  state.server = servers.get(id) || null;
+  if (!state.server) return;
+  $("server-select").value = String(id);
+  renderToolList();
+  $("tools-status").textContent = "Listing tools…";
+  socket.send({ type: "list_tools", server: id, refresh });
+}
+
+function renderToolList() {
+  const list = $("tool-list");
+  const filter = $("tool-filter").value.trim().toLowerCase();
+  list.replaceChildren();
+  for (const tool of state.server?.tools || []) {
+    const text = `${tool.name} ${tool.title || ""} ${tool.description || ""}`.toLowerCase();
+    if (filter && !text.includes(filter)) continue;
+    const current = state.tool && state.tool.name === tool.name;
+    list.append(h("li", {}, h("button", {
+      type: "button",
+      class: current ? "tool current" : "tool",
+      "aria-current": current ? "true" : null,
+      onclick: () => selectTool(tool.name),
+    }, h("span", { class: "tool-name", text: tool.title || tool.name }), h("code", { class: "small", text: tool.name }))));
+  }
+}
+
+function badges(annotations = {}) {
+  const out = [];
+  if (annotations.readOnlyHint) out.push(h("span", { class: "badge ok", text: "read-only" }));
+  if (annotations.destructiveHint) out.push(h("span", { class: "badge error", text: "destructive" }));
+  if (annotations.idempotentHint) out.push(h("span", { class: "badge", text: "idempotent" }));
+  if (annotations.openWorldHint) out.push(h("span", { class: "badge", text: "open world" }));
+  return out;
+}
+
+function selectTool(name, initial) {
+  const tool = (state.server?.tools || []).find((t) => t.name === name);
+  if (!tool) return;
+  state.tool = tool;
+  $("tool-empty").hidden = true;
+  $("tool-view").hidden = false;
+  $("tool-title").textContent = tool.title || tool.annotations?.title || tool.name;
+  $("tool-full-name").textContent = state.server.prefix + tool.name;
+  $("tool-badges").replaceChildren(...badges(tool.annotations));
+  $("tool-description").textContent = tool.description || "";
+  $("json-mode").checked = false;
+  renderForm(initial);
+  renderToolList();
+  const url = new URL(location.href);
+  url.searchParams.set("server", state.server.id);
+  url.searchParams.set("tool", tool.name);
+  history.replaceState(null, "", url);
+}
+
+function renderForm(initial) {
+  state.form = buildForm(state.tool.inputSchema, initial);
+  $("form-fields").replaceChildren(state.form.el);
+  $("form-fields").hidden = false;
+  $("json-editor").hidden = true;
+  $("form-error").textContent = "";
+}
+
+function readArguments() {
+  if ($("json-mode").checked) {
+    const text = $("json-arguments").value.trim() || "{}";
+    let value;
+    try {
+      value = JSON.parse(text);
+    } catch (error) {
+      throw new FieldError([], `The arguments are not valid JSON: ${error.message}`);
+    }
+    if (typeof value !== "object" || value === null || Array.isArray(value)) throw new FieldError([], "The arguments must be a JSON object.");
+    return value;
+  }
+  return state.form.read();
+}
+
+$("json-mode").addEventListener("change", (event) => {
+  if (event.target.checked) {
+    try {
+      $("json-arguments").value = JSON.stringify(state.form.read(), null, 2);
+    } catch {
+      $("json-arguments").value = "{}";
+    }
+    $("form-fields").hidden = true;
+    $("json-editor").hidden = false;
+    $("json-arguments").focus();
+  } else {
+    let values;
+    try {
+      values = JSON.parse($("json-arguments").value || "{}");
+    } catch {
+      values = undefined;
+    }
+    renderForm(values);
+  }
+});
+
+// -- calling -------------------------------------------------------------------------------
+
+$("call-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  if (!state.tool) return;
+  let args;
+  try {
+    args = readArguments();
+  } catch (error) {
+    if (error instanceof FieldError) {
+      showErrors($("form-fields"), [{ path: error.path, message: error.message }], $("form-error"));
+      return;
+    }
+    throw error;
+  }
+  showErrors($("form-fields"), [], $("form-error"));
+  state.pendingRef = `c${++state.ref}`;
+  state.call = null;
+  $("call-button").disabled = true;
+  setStatus("pending", `Calling ${state.tool.name}…`);
+  $("result").replaceChildren();
+  $("progress-message").textContent = "";
+  $("call-progress").hidden = true;
+  socket.send({ type: "call", ref: state.pendingRef, server: state.server.id, tool: state.tool.name, arguments: args });
+});
+
+document.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && (event.ctrlKey || event.metaKey) && !$("tool-view").hidden) {
+    event.preventDefault();
+    $("call-form").requestSubmit();
+  }
+});
+
+function setStatus(kind, text) {
+  $("call-status").replaceChildren(h("span", { class: `badge status-${kind}`, text: kind.replace("_", " ") }), " ", text);
+}
+
+function onCallEvent(event) {
+  if (event.type === "call.accepted") {
+    if (event.ref !== state.pendingRef) return;
+    state.call = event.call;
+    setStatus("pending", "Waiting for a worker…");
+    return;
+  }
+  if (event.call !== state.call) return;
+  if (event.type === "call.started") {
+    setStatus("running", "Running…");
+  } else if (event.type === "call.progress") {
+    const bar = $("call-progress");
+    bar.hidden = false;
+    if (event.total) {
+      bar.max = event.total;
+      bar.value = event.progress;
+    } else {
+      bar.removeAttribute("value");
+    }
+    $("progress-message").textContent = event.message || (event.total ? `${event.progress} of ${event.total}` : `${event.progress}`);
+  } else if (event.type === "call.ended") {
+    $("call-button").disabled = false;
+    $("call-progress").hidden = true;
+    const took = event.duration_ms != null ? ` in ${event.duration_ms.toFixed(1)} ms` : "";
+    setStatus(event.status, `${TERMINAL_LABELS[event.status] || event.status}${took}`);
+    renderOutcome(event);
+  }
+}
+
+function renderOutcome(event) {
+  const out = $("result");
+  out.replaceChildren();
+  if (event.error) {
+    out.append(h("div", { class: "call-error", role: "alert" }, h("strong", { text: event.error_kind ? `${event.error_kind}: ` : "" }), event.error));
+  }
+  if (event.details?.errors) showErrors($("form-fields"), event.details.errors, $("form-error"));
+  if (event.details?.stderr_tail) {
+    out.append(h("details", { open: true }, h("summary", { text: "Server stderr (last lines)" }), h("pre", { text: event.details.stderr_tail })));
+  }
+  if (event.result) out.append(renderResult(event.result));
+}
+
+const SAFE_MEDIA = /^(image|audio)\/[a-z0-9.+-]+$/i;
+
+function renderResult(result) {
+  const box = h("div", { class: result.isError ? "result is-error" : "result" });
+  for (const block of result.content || []) box.append(renderBlock(block));
+  if (result.structuredContent != null) {
+    box.append(h("section", { class: "structured" }, h("h3", { text: "Structured content" }),
+      h("pre", { class: "json", text: JSON.stringify(result.structuredContent, null, 2) })));
+  }
+  return box;
+}
+
+function renderBlock(block) {
+  switch (block.type) {
+    case "text":
+      return h("pre", { class: "text-block", text: block.text });
+    case "image":
+      if (!SAFE_MEDIA.test(block.mimeType || "")) return h("p", { class: "muted", text: `An image of type ${block.mimeType}` });
+      return h("img", { class: "image-block", src: `data:${block.mimeType};base64,${block.data}`, alt: "Image returned by the tool" });
+    case "audio":
+      if (!SAFE_MEDIA.test(block.mimeType || "")) return h("p", { class: "muted", text: `Audio of type ${block.mimeType}` });
+      return h("audio", { controls: true, src: `data:${block.mimeType};base64,${block.data}` });
+    case "resource_link":
+      return h("p", { class: "resource-link" }, "Resource: ", h("code", { text: block.uri }), block.name ? ` (${block.name})` : "");
+    case "resource": {
+      const res = block.resource || {};
+      return h("div", { class: "resource" }, h("code", { text: res.uri || "" }),
+        res.text != null ? h("pre", { text: res.text }) : h("p", { class: "muted", text: `binary, ${res.mimeType || "unknown type"}` }));
+    }
+    default:
+      return h("pre", { class: "json", text: JSON.stringify(block, null, 2) });
+  }
+}
+
+// -- the socket ----------------------------------------------------------------------------
+
+const socket = connect({
+  onStatus(status) {
+    $("connection-status").textContent = {
+      connected: "Connected.",
+      disconnected: "Connection lost; reconnecting…",
+      "logged-out": "You are logged out. Reload the page to log in.",
+    }[status];
+  },
+  onEvent(event) {
+    if (event.type === "tools") {
+      const server = servers.get(event.server);
+      if (!server) return;
+      if (event.error) {
+        if (server === state.server) $("tools-status").textContent = `Cannot list tools: ${event.error.message}`;
+        return;
+      }
+      server.tools = event.tools;
+      if (server === state.server) {
+        $("tools-status").textContent = `${event.tools.length} tools`;
+        renderToolList();
+        if (state.tool) {
+          const fresh = event.tools.find((t) => t.name === state.tool.name);
+          if (fresh && JSON.stringify(fresh) !== JSON.stringify(state.tool)) selectTool(fresh.name);
+        } else if (pendingTool) {
+          selectTool(pendingTool);
+          pendingTool = null;
+        }
+      }
+    } else if (event.type === "error") {
+      if (event.ref && event.ref === state.pendingRef) {
+        $("call-button").disabled = false;
+        setStatus("rejected", event.message);
+      } else {
+        $("tools-status").textContent = event.message;
+      }
+    } else if (event.type?.startsWith("call.")) {
+      onCallEvent(event);
+    }
+  },
+});
+
+$("server-select").addEventListener("change", (event) => {
+  state.tool = null;
+  $("tool-view").hidden = true;
+  $("tool-empty").hidden = false;
+  selectServer(Number(event.target.value));
+});
+$("refresh-tools").addEventListener("click", () => state.server && selectServer(state.server.id, { refresh: true }));
+$("tool-filter").addEventListener("input", renderToolList);
+
+let pendingTool = selected.tool || null;
+if (catalog.length) {
+  const first = servers.get(Number(selected.server)) || catalog[0];
+  selectServer(first.id);
+  if (pendingTool && (first.tools || []).some((t) => t.name === pendingTool)) {
+    selectTool(pendingTool);
+    pendingTool = null;
+  }
+}
