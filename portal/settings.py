@@ -103,7 +103,8 @@ if EMBEDDED:
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            "NAME": VAR_DIR / "portal.sqlite3",
+            # The browser tests point a portal process at the test database with PORTAL_SQLITE_PATH.
+            "NAME": os.environ.get("PORTAL_SQLITE_PATH", VAR_DIR / "portal.sqlite3"),
             # WAL and IMMEDIATE let the worker threads and the web threads write without
             # "database is locked"; the browser tests' portal process shares the test file.
             "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL;", "transaction_mode": "IMMEDIATE", "timeout": 20},

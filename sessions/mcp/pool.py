@@ -180,6 +180,7 @@ class ConnectionPool:
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._batches: dict[bool, asyncio.Semaphore] = {}
+        self._reaper: concurrent.futures.Future[None] | None = None
 
     # -- the loop thread -------------------------------------------------------------
 
@@ -190,7 +191,7 @@ class ConnectionPool:
                 self._thread = threading.Thread(target=loop.run_forever, name="mcp-pool", daemon=True)
                 self._thread.start()
                 self._loop = loop
-                asyncio.run_coroutine_threadsafe(self._reap_idle_forever(), loop)
+                self._reaper = asyncio.run_coroutine_threadsafe(self._reap_idle_forever(), loop)
             return self._loop
 
     @property
@@ -208,6 +209,8 @@ class ConnectionPool:
         """Close every connection (stdio children included) and stop the loop thread."""
         if self._loop is None:
             return
+        if self._reaper is not None:
+            self._reaper.cancel()
         try:
             self.run(self.close_all(), timeout)
         except concurrent.futures.TimeoutError:

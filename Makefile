@@ -1,0 +1,51 @@
+# Two commands set everything up on a fresh machine with Python 3.11: `make run` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: run test test-slow lint format migrate bootstrap worker chromium clean
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements-dev.txt
+	touch $@
+
+migrate: $(VENV)/.installed
+	$(PY) manage.py migrate --noinput
+
+bootstrap: migrate
+	$(PY) manage.py bootstrap
+
+# The portal in its embedded mode (or distributed, when DATABASE_URL and REDIS_URL are set).
+run: bootstrap
+	$(PY) manage.py runportal --host $(HOST) --port $(PORT)
+
+# A Celery worker for the distributed mode.
+worker: $(VENV)/.installed
+	$(VENV)/bin/celery -A portal worker -P threads -c 16 --loglevel INFO
+
+# Browser tests drive Debian's Chromium (Playwright's own download cannot work here).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "Installing Chromium from Debian for the browser tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: $(VENV)/.installed chromium
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-slow: $(VENV)/.installed chromium
+	PORTAL_SLOW_TESTS=1 $(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(VENV)/.installed
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) var .pytest_cache

@@ -1,0 +1,186 @@
+"""Shared fixtures: people and teams, real MCP servers, and a real Celery worker.
+
+The worker is the one each mode really runs: in the embedded mode, Celery worker
+threads in this process on the in-memory broker (as `make run` does); in the
+distributed mode, a `celery -A portal worker` process on Redis, pointed at the test
+database.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get("PORTAL_REQUIRE_DISTRIBUTED") and settings.PORTAL_MODE != "distributed":
+        pytest.exit("PORTAL_REQUIRE_DISTRIBUTED is set but the settings are not in the distributed mode", 2)
+    # Consumers run database work on helper threads; with persistent connections those threads
+    # would still hold the test database open when pytest-django drops it.
+    settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_port(port: int, timeout: float = 30.0, process: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"process exited with {process.returncode} before listening on {port}")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listened on port {port} within {timeout} s")
+
+
+def stop(process: subprocess.Popen) -> None:
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(5)
+
+
+# -- real MCP servers -----------------------------------------------------------------------
+
+DEMO_COMMAND = sys.executable
+DEMO_ARGS = ["-m", "sessions.mcp.demo_server"]
+
+
+@pytest.fixture(scope="session")
+def demo_http_url() -> Iterator[str]:
+    """The demo server over Streamable HTTP, as a real process on a free port."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sessions.mcp.demo_server", "http", "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for_port(port, process=process)
+    yield f"http://127.0.0.1:{port}/mcp"
+    stop(process)
+
+
+# -- people and teams ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def make_user(db):
+    from django.contrib.auth import get_user_model
+
+    from servers.models import Membership, Team
+
+    def make(username: str, team: str | None = "Acme", role: str = "member", **extra):
+        user = get_user_model().objects.create_user(username=username, email=f"{username}@example.com", password="pw-" + username, **extra)
+        if team:
+            membership_team, _ = Team.objects.get_or_create(name=team)
+            Membership.objects.create(team=membership_team, user=user, role=role)
+        return user
+
+    return make
+
+
+@pytest.fixture
+def alice(make_user):
+    """Admin of Acme."""
+    return make_user("alice", role="admin")
+
+
+@pytest.fixture
+def bob(make_user):
+    """Member of Acme."""
+    return make_user("bob")
+
+
+@pytest.fixture
+def carol(make_user):
+    """Admin of another team, Globex."""
+    return make_user("carol", team="Globex", role="admin")
+
+
+@pytest.fixture
+def demo_server(alice):
+    from servers.models import Server
+
+    return Server.objects.create(
+        team=alice.memberships.get().team,
+        name="demo",
+        transport="stdio",
+        command=DEMO_COMMAND,
+        args=DEMO_ARGS,
+        cwd=str(ROOT),
+        request_timeout=10,
+        created_by=alice,
+    )
+
+
+# -- a real Celery worker -----------------------------------------------------------------------
+
+
+def _wait_for_heartbeat(timeout: float, process: subprocess.Popen | None = None) -> None:
+    from sessions.worker import last_heartbeat
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"the Celery worker exited with {process.returncode}")
+        if last_heartbeat() is not None:
+            return
+        time.sleep(0.1)
+    raise TimeoutError("the Celery worker did not report in")
+
+
+@pytest.fixture(scope="session")
+def worker(django_db_setup, django_db_blocker) -> Iterator[dict]:
+    from django.core.cache import cache
+    from django.db import connection
+
+    from portal.celery import app
+    from sessions.worker import HEARTBEAT_KEY
+
+    with django_db_blocker.unblock():
+        cache.delete(HEARTBEAT_KEY)
+        if settings.EMBEDDED:
+            from portal.embedded import start_worker, stop_worker
+
+            controller = start_worker(concurrency=8, hostname=f"test-embedded-{os.getpid()}@%h")
+            _wait_for_heartbeat(30)
+            yield {"mode": "embedded"}
+            stop_worker(controller)
+            return
+
+        app.control.purge()
+        db = connection.settings_dict
+        url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+        log = open(Path(settings.VAR_DIR) / "test-worker.log", "w")  # noqa: SIM115 - closed below
+        process = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "portal", "worker", "-P", "threads", "-c", "8",
+             "--without-mingle", "--without-gossip", "-l", "WARNING", "-n", f"test-{os.getpid()}@%h"],
+            cwd=ROOT,
+            env={**os.environ, "DATABASE_URL": url},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            _wait_for_heartbeat(60, process)
+            yield {"mode": "distributed", "process": process}
+        finally:
+            stop(process)
+            log.close()

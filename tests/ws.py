@@ -1,0 +1,69 @@
+"""A logged-in playground WebSocket for tests, through the real ASGI application."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from channels.testing import WebsocketCommunicator
+from django.test import Client
+
+ORIGIN = b"http://127.0.0.1:8000"
+
+
+def session_cookie(user) -> bytes:
+    client = Client()
+    client.force_login(user)
+    return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+class Playground:
+    """Use as `async with Playground(cookie) as ws:`; build the cookie with session_cookie() outside async code."""
+
+    def __init__(self, cookie: bytes | None, origin: bytes = ORIGIN):
+        from portal.asgi import application
+
+        headers = [(b"origin", origin)]
+        if cookie:
+            headers.append((b"cookie", cookie))
+        self.communicator = WebsocketCommunicator(application, "/ws/playground/", headers=headers)
+        self.connected = False
+        self.close_code: int | None = None
+        self.seen: list[dict[str, Any]] = []
+
+    async def __aenter__(self) -> Playground:
+        self.connected, self.close_code = await self.communicator.connect(timeout=10)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.communicator.disconnect()
+
+    async def send(self, message: Any) -> None:
+        if isinstance(message, str):
+            await self.communicator.send_to(text_data=message)
+        else:
+            await self.communicator.send_json_to(message)
+
+    async def receive(self, timeout: float = 20) -> dict[str, Any]:
+        event = json.loads(await self.communicator.receive_from(timeout=timeout))
+        self.seen.append(event)
+        return event
+
+    async def until(self, type_: str, timeout: float = 30, **match: Any) -> dict[str, Any]:
+        """Read events until one has this type and these fields."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                raise TimeoutError(f"no {type_} {match} event; saw {[e.get('type') for e in self.seen]}")
+            event = await self.receive(timeout=left)
+            if event.get("type") == type_ and all(event.get(k) == v for k, v in match.items()):
+                return event
+
+    async def call(self, server: int, tool: str, arguments: dict | None = None, timeout: float = 30) -> dict[str, Any]:
+        """Start a call and return its call.ended event (with the earlier events in .seen)."""
+        ref = f"r{len(self.seen)}"
+        await self.send({"type": "call", "ref": ref, "server": server, "tool": tool, "arguments": arguments or {}})
+        accepted = await self.until("call.accepted", ref=ref, timeout=timeout)
+        return await self.until("call.ended", call=accepted["call"], timeout=timeout)
