@@ -85,7 +85,7 @@ class EmbeddedChannelLayer(BaseChannelLayer):
                 raise
 
     async def new_channel(self, prefix: str = "specific.") -> str:
-        return "%s.inmemory!%s" % (prefix, "".join(random.choice(string.ascii_letters) for _ in range(12)))
+        return f"{prefix}.inmemory!{''.join(random.choice(string.ascii_letters) for _ in range(12))}"
 
     async def flush(self) -> None:
         with self._lock:

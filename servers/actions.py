@@ -11,7 +11,17 @@ from django.utils import timezone
 from .models import Membership, Role, Server, Team
 
 SERVER_FIELDS = (
-    "name", "description", "transport", "command", "args", "env", "cwd", "url", "headers", "request_timeout", "enabled",
+    "name",
+    "description",
+    "transport",
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "url",
+    "headers",
+    "request_timeout",
+    "enabled",
 )
 
 

@@ -45,20 +45,33 @@ class ServerForm(forms.Form):
     )
     description = forms.CharField(max_length=300, required=False)
     transport = forms.ChoiceField(choices=TransportKind.choices, widget=forms.RadioSelect)
-    command = forms.CharField(max_length=500, required=False, help_text="For stdio: the executable, e.g. npx or /usr/bin/python3.")
+    command = forms.CharField(
+        max_length=500, required=False, help_text="For stdio: the executable, e.g. npx or /usr/bin/python3."
+    )
     args = forms.CharField(
         label="Arguments", required=False, widget=forms.Textarea(attrs={"rows": 3}), help_text="One argument per line."
     )
     env = forms.CharField(
-        label="Environment", required=False, widget=forms.Textarea(attrs={"rows": 3}), help_text="One NAME=value per line."
+        label="Environment",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="One NAME=value per line.",
     )
     cwd = forms.CharField(label="Working directory", max_length=500, required=False)
-    url = forms.CharField(label="URL", max_length=500, required=False, help_text="For Streamable HTTP: the MCP endpoint, e.g. https://example.com/mcp.")
+    url = forms.CharField(
+        label="URL",
+        max_length=500,
+        required=False,
+        help_text="For Streamable HTTP: the MCP endpoint, e.g. https://example.com/mcp.",
+    )
     headers = forms.CharField(
         required=False, widget=forms.Textarea(attrs={"rows": 3}), help_text="One Header-Name: value per line."
     )
     request_timeout = forms.FloatField(
-        label="Request timeout (seconds)", min_value=1, max_value=3600, initial=60,
+        label="Request timeout (seconds)",
+        min_value=1,
+        max_value=3600,
+        initial=60,
         help_text="How long one request may take before the call ends as timed out.",
     )
     enabled = forms.BooleanField(required=False, initial=True)

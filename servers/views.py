@@ -48,7 +48,11 @@ def server_add(request: HttpRequest) -> HttpResponse:
     teams = _admin_teams(request)
     if not teams.exists():
         raise PermissionDenied("Only team admins can register servers.")
-    form = ServerForm(request.POST or None, teams=teams, initial=None if request.POST else {"transport": "stdio", "enabled": True, "request_timeout": 60})
+    form = ServerForm(
+        request.POST or None,
+        teams=teams,
+        initial=None if request.POST else {"transport": "stdio", "enabled": True, "request_timeout": 60},
+    )
     if request.method == "POST" and form.is_valid():
         server = actions.do_create_server(form.cleaned_data["team"], request.user, form.cleaned_data)
         messages.success(request, f"Registered {server.name}. Test the connection to see its tools.")
@@ -71,7 +75,11 @@ def server_edit(request: HttpRequest, server_id: int) -> HttpResponse:
 def server_detail(request: HttpRequest, server_id: int) -> HttpResponse:
     server = _visible_server(request, server_id)
     tools = [
-        {**tool, "full_name": server.prefix + tool.get("name", ""), "summary": summarize_description(tool.get("description"))}
+        {
+            **tool,
+            "full_name": server.prefix + tool.get("name", ""),
+            "summary": summarize_description(tool.get("description")),
+        }
         for tool in server.tools
     ]
     return render(

@@ -78,7 +78,9 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         if not isinstance(arguments, dict):
             raise MessageError("'arguments' must be a JSON object.")
         call = await database_sync_to_async(actions.do_start_tool_call)(self.user, server_id, tool, arguments)
-        await self.send_json({"type": "call.accepted", "ref": ref, "call": str(call.id), "server": call.server_id, "tool": tool})
+        await self.send_json(
+            {"type": "call.accepted", "ref": ref, "call": str(call.id), "server": call.server_id, "tool": tool}
+        )
         if call.finished:
             await self.send_json({"type": "call.ended", "ref": ref, **call.as_event()})
 

@@ -20,7 +20,14 @@ class CallStatus(models.TextChoices):
 
 
 FINISHED = frozenset(
-    {CallStatus.SUCCEEDED, CallStatus.TOOL_ERROR, CallStatus.FAILED, CallStatus.TIMED_OUT, CallStatus.REJECTED, CallStatus.CANCELLED}
+    {
+        CallStatus.SUCCEEDED,
+        CallStatus.TOOL_ERROR,
+        CallStatus.FAILED,
+        CallStatus.TIMED_OUT,
+        CallStatus.REJECTED,
+        CallStatus.CANCELLED,
+    }
 )
 
 

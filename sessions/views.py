@@ -13,11 +13,20 @@ from .models import ToolCall
 def playground(request: HttpRequest) -> HttpResponse:
     servers = Server.objects.visible_to(request.user).filter(enabled=True).select_related("team").distinct()
     catalog = [
-        {"id": s.pk, "name": s.name, "team": s.team.name, "prefix": s.prefix, "tools": s.tools, "transport": s.transport}
+        {
+            "id": s.pk,
+            "name": s.name,
+            "team": s.team.name,
+            "prefix": s.prefix,
+            "tools": s.tools,
+            "transport": s.transport,
+        }
         for s in servers
     ]
     selected = {"server": request.GET.get("server", ""), "tool": request.GET.get("tool", "")}
-    return render(request, "sessions/playground.html", {"catalog": catalog, "selected": selected, "has_servers": bool(catalog)})
+    return render(
+        request, "sessions/playground.html", {"catalog": catalog, "selected": selected, "has_servers": bool(catalog)}
+    )
 
 
 @login_required

@@ -163,12 +163,18 @@ def _run_call(call: ToolCall) -> CallOutcome:
 def execute_list_tools(server_id: int, user_id: int, refresh: bool) -> None:
     server = Server.objects.filter(pk=server_id).first()
     if server is None:
-        publish(user_id, {"type": "tools", "server": server_id, "error": {"kind": "unknown_server", "message": "Unknown server."}})
+        publish(
+            user_id,
+            {"type": "tools", "server": server_id, "error": {"kind": "unknown_server", "message": "Unknown server."}},
+        )
         return
     config = server.to_config()
     pool = get_pool()
     try:
-        tools = pool.run(pool.list_tools(connection_key(server, config, user_id), config, refresh), timeout=config.connect_timeout + config.request_timeout + 30)
+        tools = pool.run(
+            pool.list_tools(connection_key(server, config, user_id), config, refresh),
+            timeout=config.connect_timeout + config.request_timeout + 30,
+        )
     except ConnectionFailed as exc:
         publish(user_id, {"type": "tools", "server": server_id, "error": exc.failure.as_dict()})
         return

@@ -88,7 +88,9 @@ def make_user(db):
     from servers.models import Membership, Team
 
     def make(username: str, team: str | None = "Acme", role: str = "member", **extra):
-        user = get_user_model().objects.create_user(username=username, email=f"{username}@example.com", password="pw-" + username, **extra)
+        user = get_user_model().objects.create_user(
+            username=username, email=f"{username}@example.com", password="pw-" + username, **extra
+        )
         if team:
             membership_team, _ = Team.objects.get_or_create(name=team)
             Membership.objects.create(team=membership_team, user=user, role=role)
@@ -171,8 +173,24 @@ def worker(django_db_setup, django_db_blocker) -> Iterator[dict]:
         url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
         log = open(Path(settings.VAR_DIR) / "test-worker.log", "w")  # noqa: SIM115 - closed below
         process = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "portal", "worker", "-P", "threads", "-c", "8",
-             "--without-mingle", "--without-gossip", "-l", "WARNING", "-n", f"test-{os.getpid()}@%h"],
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "portal",
+                "worker",
+                "-P",
+                "threads",
+                "-c",
+                "8",
+                "--without-mingle",
+                "--without-gossip",
+                "-l",
+                "WARNING",
+                "-n",
+                f"test-{os.getpid()}@%h",
+            ],
             cwd=ROOT,
             env={**os.environ, "DATABASE_URL": url},
             stdout=log,

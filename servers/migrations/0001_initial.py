@@ -6,7 +6,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -15,53 +14,97 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Team',
+            name="Team",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100, unique=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=100, unique=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
         ),
         migrations.CreateModel(
-            name='Server',
+            name="Server",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(help_text='Letters, digits, _ and -; tools appear as mcp__<name>__<tool>.', max_length=64)),
-                ('description', models.CharField(blank=True, max_length=300)),
-                ('transport', models.CharField(choices=[('stdio', 'stdio (a local command)'), ('http', 'Streamable HTTP')], default='stdio', max_length=10)),
-                ('command', models.CharField(blank=True, max_length=500)),
-                ('args', models.JSONField(blank=True, default=list)),
-                ('env', models.JSONField(blank=True, default=dict)),
-                ('cwd', models.CharField(blank=True, max_length=500, verbose_name='working directory')),
-                ('url', models.URLField(blank=True, max_length=500)),
-                ('headers', models.JSONField(blank=True, default=dict)),
-                ('request_timeout', models.FloatField(default=60.0, help_text='Seconds a request may take before the call ends as timed out.')),
-                ('enabled', models.BooleanField(default=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('tools', models.JSONField(blank=True, default=list)),
-                ('tools_listed_at', models.DateTimeField(blank=True, null=True)),
-                ('last_test', models.JSONField(blank=True, default=dict)),
-                ('last_tested_at', models.DateTimeField(blank=True, null=True)),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='servers', to='servers.team')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "name",
+                    models.CharField(
+                        help_text="Letters, digits, _ and -; tools appear as mcp__<name>__<tool>.", max_length=64
+                    ),
+                ),
+                ("description", models.CharField(blank=True, max_length=300)),
+                (
+                    "transport",
+                    models.CharField(
+                        choices=[("stdio", "stdio (a local command)"), ("http", "Streamable HTTP")],
+                        default="stdio",
+                        max_length=10,
+                    ),
+                ),
+                ("command", models.CharField(blank=True, max_length=500)),
+                ("args", models.JSONField(blank=True, default=list)),
+                ("env", models.JSONField(blank=True, default=dict)),
+                ("cwd", models.CharField(blank=True, max_length=500, verbose_name="working directory")),
+                ("url", models.URLField(blank=True, max_length=500)),
+                ("headers", models.JSONField(blank=True, default=dict)),
+                (
+                    "request_timeout",
+                    models.FloatField(
+                        default=60.0, help_text="Seconds a request may take before the call ends as timed out."
+                    ),
+                ),
+                ("enabled", models.BooleanField(default=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                ("tools", models.JSONField(blank=True, default=list)),
+                ("tools_listed_at", models.DateTimeField(blank=True, null=True)),
+                ("last_test", models.JSONField(blank=True, default=dict)),
+                ("last_tested_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="servers", to="servers.team"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['team__name', 'name'],
-                'constraints': [models.UniqueConstraint(fields=('team', 'name'), name='unique_server_name_per_team')],
+                "ordering": ["team__name", "name"],
+                "constraints": [models.UniqueConstraint(fields=("team", "name"), name="unique_server_name_per_team")],
             },
         ),
         migrations.CreateModel(
-            name='Membership',
+            name="Membership",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('role', models.CharField(choices=[('admin', 'Admin'), ('member', 'Member')], default='member', max_length=10)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to=settings.AUTH_USER_MODEL)),
-                ('team', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memberships', to='servers.team')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "role",
+                    models.CharField(
+                        choices=[("admin", "Admin"), ("member", "Member")], default="member", max_length=10
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="memberships",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "team",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="memberships", to="servers.team"
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('team', 'user'), name='one_membership_per_team')],
+                "constraints": [models.UniqueConstraint(fields=("team", "user"), name="one_membership_per_team")],
             },
         ),
     ]

@@ -16,13 +16,12 @@ import sys
 import zlib
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field
-
-from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.resolve import Elicit, Resolve
 from mcp.types import ImageContent, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field
 
 server = MCPServer(
     name="portal-demo",

@@ -9,7 +9,6 @@ from typing import Any
 
 import anyio
 import httpx2
-
 from mcp.shared.exceptions import MCPError
 
 from .config import ServerConfig
@@ -65,8 +64,19 @@ def is_connection_lost(exc: BaseException) -> bool:
     return isinstance(mcp_error, MCPError) and "connection closed" in str(mcp_error).lower()
 
 
-def diagnose(exc: BaseException, config: ServerConfig, stderr_tail: str = "") -> Failure:
-    """Name the failing layer: command, process, network, HTTP status, timeout or protocol."""
+def _http_status_failure(code: int, target: str, stderr_tail: str) -> Failure:
+    hint = {401: " (the server needs authorization)", 403: " (forbidden)", 404: " (wrong path?)"}.get(code, "")
+    return Failure("http_status", f"HTTP {code} from {target}{hint}", stderr_tail, status_code=code)
+
+
+def diagnose(
+    exc: BaseException, config: ServerConfig, stderr_tail: str = "", http_status: int | None = None
+) -> Failure:
+    """Name the failing layer: command, process, network, HTTP status, timeout or protocol.
+
+    `http_status` is the last HTTP error status the transport saw, if any: the SDK
+    reports some of them only as JSON-RPC errors.
+    """
     if isinstance(exc, ConnectionFailed):
         return exc.failure
     target = f"the server {config.name!r}" if config.transport == "stdio" else config.url
@@ -81,9 +91,7 @@ def diagnose(exc: BaseException, config: ServerConfig, stderr_tail: str = "") ->
 
     status_error = _first(exc, httpx2.HTTPStatusError)
     if isinstance(status_error, httpx2.HTTPStatusError):
-        code = status_error.response.status_code
-        hint = {401: " (the server needs authorization)", 404: " (wrong path?)"}.get(code, "")
-        return Failure("http_status", f"HTTP {code} from {target}{hint}", stderr_tail, status_code=code)
+        return _http_status_failure(status_error.response.status_code, target, stderr_tail)
 
     if _first(exc, ConnectionRefusedError) is not None:
         return Failure("connection_refused", f"connection refused by {target}", stderr_tail)
@@ -103,6 +111,8 @@ def diagnose(exc: BaseException, config: ServerConfig, stderr_tail: str = "") ->
 
     mcp_error = _first(exc, MCPError)
     if isinstance(mcp_error, MCPError):
+        if http_status is not None:
+            return _http_status_failure(http_status, target, stderr_tail)
         if mcp_error.error.code == REQUEST_TIMEOUT:
             return Failure("timeout", f"{target} did not answer in time ({mcp_error.error.message})", stderr_tail)
         if config.transport == "stdio" and "connection closed" in str(mcp_error).lower():

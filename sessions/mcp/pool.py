@@ -25,7 +25,7 @@ from mcp import Client, types
 from .config import ConnectionKey, ServerConfig
 from .errors import ConnectionFailed, Failure, diagnose, is_connection_lost
 from .results import call_result_to_dict, dump, tool_to_dict
-from .transports import open_transport, read_tail
+from .transports import HttpTrace, open_transport, read_tail
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -70,6 +70,7 @@ class Connection:
     _task: asyncio.Task[None] | None = None
     _errlog: Any = None
     _last_stderr: str = ""
+    http: HttpTrace = field(default_factory=HttpTrace)
 
     async def open(self) -> None:
         """Start the connection's task and wait, bounded by the connect timeout, for the handshake."""
@@ -80,7 +81,7 @@ class Connection:
         try:
             await asyncio.wait_for(asyncio.shield(self._ready), self.config.connect_timeout)
         except BaseException as exc:
-            failure = diagnose(exc, self.config, self.stderr_tail())
+            failure = self.diagnose(exc)
             if isinstance(exc, asyncio.TimeoutError):
                 failure = Failure(
                     "timeout",
@@ -95,7 +96,7 @@ class Connection:
         assert self._ready is not None
         try:
             client = Client(
-                open_transport(self.config, self._errlog),
+                open_transport(self.config, self._errlog, self.http),
                 mode="auto",
                 client_info=CLIENT_INFO,
                 message_handler=self._on_message,
@@ -121,6 +122,9 @@ class Connection:
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             self.tools = None
+
+    def diagnose(self, exc: BaseException) -> Failure:
+        return diagnose(exc, self.config, self.stderr_tail(), self.http.last_error_status)
 
     def stderr_tail(self) -> str:
         if self._errlog is None or self._errlog.closed or self.config.transport != "stdio":
@@ -166,7 +170,7 @@ class Connection:
             task.cancel()
         try:
             await asyncio.wait_for(asyncio.shield(task), 5.0)
-        except (asyncio.TimeoutError, asyncio.CancelledError, Exception):  # noqa: BLE001 - closing must not raise
+        except (TimeoutError, asyncio.CancelledError, Exception):  # noqa: BLE001 - closing must not raise
             task.cancel()
 
 
@@ -297,7 +301,7 @@ class ConnectionPool:
         except BaseException as exc:
             if is_connection_lost(exc):
                 await self.drop(key)
-            raise ConnectionFailed(diagnose(exc, config, conn.stderr_tail())) from exc
+            raise ConnectionFailed(conn.diagnose(exc)) from exc
         finally:
             conn.in_flight -= 1
             conn.last_used = time.monotonic()
@@ -337,7 +341,7 @@ class ConnectionPool:
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError):
                 raise
-            failure = diagnose(exc, config, conn.stderr_tail())
+            failure = conn.diagnose(exc)
             if failure.kind == "timeout":
                 failure.message = f"no answer from the server within {config.request_timeout:g} s"
             if is_connection_lost(exc):
@@ -365,7 +369,7 @@ class ConnectionPool:
             try:
                 tools = await conn.list_tools()
             except BaseException as exc:
-                raise ConnectionFailed(diagnose(exc, config, conn.stderr_tail())) from exc
+                raise ConnectionFailed(conn.diagnose(exc)) from exc
             info.update(
                 tools=tools,
                 tool_count=len(tools),

@@ -3,22 +3,35 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import IO, Any, AsyncIterator
+from dataclasses import dataclass
+from typing import IO, Any
 
 import httpx2
-
 from mcp import StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from .config import ServerConfig
 
-TransportFactory = Callable[[ServerConfig, IO[str]], AbstractAsyncContextManager[Any]]
+
+@dataclass
+class HttpTrace:
+    """What the HTTP layer saw. The SDK turns an HTTP 404 into a JSON-RPC error and loses
+    the status; a response hook keeps it, so a diagnosis can say "HTTP 404 (wrong path?)"."""
+
+    last_error_status: int | None = None
+
+    async def on_response(self, response: httpx2.Response) -> None:
+        if response.status_code >= 400:
+            self.last_error_status = response.status_code
 
 
-def _stdio(config: ServerConfig, errlog: IO[str]) -> AbstractAsyncContextManager[Any]:
+TransportFactory = Callable[[ServerConfig, IO[str], HttpTrace], AbstractAsyncContextManager[Any]]
+
+
+def _stdio(config: ServerConfig, errlog: IO[str], trace: HttpTrace) -> AbstractAsyncContextManager[Any]:
     params = StdioServerParameters(
         command=config.command,
         args=list(config.args),
@@ -29,11 +42,16 @@ def _stdio(config: ServerConfig, errlog: IO[str]) -> AbstractAsyncContextManager
 
 
 @asynccontextmanager
-async def _http(config: ServerConfig, errlog: IO[str]) -> AsyncIterator[Any]:
+async def _http(config: ServerConfig, errlog: IO[str], trace: HttpTrace) -> AsyncIterator[Any]:
     # Connect, write and pool waits are bounded; the read timeout is not, since the
     # long-lived GET/SSE stream must stay open. Request timeouts are applied per call.
     timeout = httpx2.Timeout(config.connect_timeout, read=None)
-    async with httpx2.AsyncClient(headers=dict(config.headers), timeout=timeout, follow_redirects=False) as http:
+    async with httpx2.AsyncClient(
+        headers=dict(config.headers),
+        timeout=timeout,
+        follow_redirects=False,
+        event_hooks={"response": [trace.on_response]},
+    ) as http:
         async with streamable_http_client(config.url, http_client=http) as streams:
             yield streams
 
@@ -44,8 +62,8 @@ TRANSPORT_FACTORIES: dict[str, TransportFactory] = {
 }
 
 
-def open_transport(config: ServerConfig, errlog: IO[str]) -> AbstractAsyncContextManager[Any]:
-    return TRANSPORT_FACTORIES[config.transport](config, errlog)
+def open_transport(config: ServerConfig, errlog: IO[str], trace: HttpTrace) -> AbstractAsyncContextManager[Any]:
+    return TRANSPORT_FACTORIES[config.transport](config, errlog, trace)
 
 
 def read_tail(errlog: IO[str], limit: int = 4000) -> str:

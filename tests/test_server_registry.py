@@ -1,0 +1,175 @@
+"""Registering servers in the web UI: admins change, members look, other teams see nothing."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from django.test import Client
+
+from servers.models import Server
+from tests.conftest import DEMO_ARGS, ROOT
+
+pytestmark = pytest.mark.django_db
+
+
+def logged_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def stdio_form(team, **overrides):
+    data = {
+        "team": team.pk,
+        "name": "demo",
+        "description": "the demo",
+        "transport": "stdio",
+        "command": sys.executable,
+        "args": "\n".join(DEMO_ARGS),
+        "env": "DEMO_MODE=1\n# a comment\nEMPTY=",
+        "cwd": str(ROOT),
+        "url": "",
+        "headers": "",
+        "request_timeout": "30",
+        "enabled": "on",
+    }
+    data.update(overrides)
+    return data
+
+
+def test_it_registers_a_stdio_server(alice):
+    team = alice.memberships.get().team
+    response = logged_in(alice).post("/servers/add/", stdio_form(team))
+    server = Server.objects.get()
+    assert response.status_code == 302 and response["Location"] == f"/servers/{server.pk}/"
+    assert (server.team, server.created_by, server.transport) == (team, alice, "stdio")
+    assert server.args == DEMO_ARGS
+    assert server.env == {"DEMO_MODE": "1", "EMPTY": ""}
+    assert server.request_timeout == 30 and server.enabled
+
+
+def test_it_registers_a_streamable_http_server_with_headers(alice):
+    team = alice.memberships.get().team
+    form = stdio_form(
+        team,
+        name="remote",
+        transport="http",
+        url="https://mcp.example.com/mcp",
+        headers="X-Api-Version: 2\nAccept-Language: en",
+        command="",
+        args="",
+    )
+    logged_in(alice).post("/servers/add/", form)
+    server = Server.objects.get()
+    assert server.url == "https://mcp.example.com/mcp"
+    assert server.headers == {"X-Api-Version": "2", "Accept-Language": "en"}
+    assert server.command == "" and server.env == {}
+
+
+@pytest.mark.parametrize(
+    "overrides, field, message",
+    [
+        ({"command": "  "}, "command", "Enter the command that starts the server."),
+        ({"transport": "http", "url": "not a url"}, "url", "Enter a valid http:// or https:// URL."),
+        ({"transport": "http", "url": "ftp://example.com/mcp"}, "url", "Enter a valid http:// or https:// URL."),
+        ({"transport": "http", "url": ""}, "url", "Enter the server's URL."),
+        ({"name": "x" * 65}, "name", "Ensure this value has at most 64 characters (it has 65)."),
+        ({"env": "not-a-pair"}, "env", "Line 1: write each environment variable as NAME=value."),
+        ({"env": "1BAD=x"}, "env", "Line 1: '1BAD' is not a valid environment variable name."),
+        (
+            {"transport": "http", "url": "https://x.example/mcp", "headers": "Bad Header: x"},
+            "headers",
+            "Line 1: 'Bad Header' is not a valid header name.",
+        ),
+        ({"request_timeout": "0"}, "request_timeout", "Ensure this value is greater than or equal to 1."),
+    ],
+)
+def test_it_explains_what_is_wrong(alice, overrides, field, message):
+    team = alice.memberships.get().team
+    response = logged_in(alice).post("/servers/add/", stdio_form(team, **overrides))
+    assert response.status_code == 200
+    assert message in response.context["form"].errors[field]
+    assert not Server.objects.exists()
+
+
+def test_a_name_that_normalizes_to_an_existing_one_is_a_duplicate(alice, demo_server):
+    team = alice.memberships.get().team
+    response = logged_in(alice).post("/servers/add/", stdio_form(team, name="DEMO"))
+    assert "The team already has a server named 'DEMO'." in response.context["form"].errors["name"]
+    response = logged_in(alice).post("/servers/add/", stdio_form(team, name="my server"))
+    assert response.status_code == 302  # spaces normalize to _: a valid, distinct name
+
+
+def test_it_edits_a_server_and_forgets_the_old_tool_list(alice, demo_server):
+    demo_server.tools = [{"name": "echo"}]
+    demo_server.save()
+    client = logged_in(alice)
+    page = client.get(f"/servers/{demo_server.pk}/edit/")
+    assert page.context["form"].initial["args"] == "\n".join(DEMO_ARGS)
+    form = stdio_form(demo_server.team, command="/usr/bin/env", args="python3\n-m\nsessions.mcp.demo_server")
+    client.post(f"/servers/{demo_server.pk}/edit/", form)
+    demo_server.refresh_from_db()
+    assert demo_server.command == "/usr/bin/env" and demo_server.tools == []
+
+
+def test_it_disables_enables_and_deletes(alice, demo_server):
+    client = logged_in(alice)
+    client.post(f"/servers/{demo_server.pk}/toggle/")
+    demo_server.refresh_from_db()
+    assert not demo_server.enabled
+    client.post(f"/servers/{demo_server.pk}/toggle/", {"next": "https://evil.example/"})
+    demo_server.refresh_from_db()
+    assert demo_server.enabled
+    assert client.get(f"/servers/{demo_server.pk}/delete/").status_code == 200
+    assert client.post(f"/servers/{demo_server.pk}/delete/")["Location"] == "/servers/"
+    assert not Server.objects.exists()
+
+
+def test_members_see_servers_read_only(bob, demo_server):
+    client = logged_in(bob)
+    listing = client.get("/servers/")
+    assert demo_server in listing.context["servers"] and not listing.context["can_add"]
+    assert b"Edit</a>" not in listing.content
+    assert client.get(f"/servers/{demo_server.pk}/").status_code == 200
+    assert client.get("/servers/add/").status_code == 403
+    assert client.get(f"/servers/{demo_server.pk}/edit/").status_code == 403
+    assert client.post(f"/servers/{demo_server.pk}/toggle/").status_code == 403
+    assert client.post(f"/servers/{demo_server.pk}/delete/").status_code == 403
+    assert Server.objects.get().enabled
+
+
+def test_other_teams_cannot_see_or_touch_the_server(carol, demo_server):
+    client = logged_in(carol)
+    assert list(client.get("/servers/").context["servers"]) == []
+    for url in ["/", "edit/", "delete/"]:
+        assert client.get(f"/servers/{demo_server.pk}/{url.strip('/')}/".replace("//", "/")).status_code == 404
+    assert client.post(f"/servers/{demo_server.pk}/toggle/").status_code == 404
+    # Nor can she register one into Acme by naming its team.
+    response = client.post("/servers/add/", stdio_form(demo_server.team, name="sneaky"))
+    assert "team" in response.context["form"].errors
+    assert Server.objects.count() == 1
+
+
+def test_anonymous_users_are_sent_to_log_in(client, demo_server):
+    for url in ["/servers/", f"/servers/{demo_server.pk}/", "/playground/", "/calls/"]:
+        response = client.get(url)
+        assert response.status_code == 302 and response["Location"].startswith("/accounts/login/")
+
+
+def test_the_playground_lists_enabled_servers_with_their_tools(bob, demo_server, carol):
+    demo_server.tools = [{"name": "echo", "inputSchema": {"type": "object"}}]
+    demo_server.save()
+    page = logged_in(bob).get("/playground/")
+    assert [s["name"] for s in page.context["catalog"]] == ["demo"]
+    assert page.context["catalog"][0]["prefix"] == "mcp__demo__"
+    assert logged_in(carol).get("/playground/").context["catalog"] == []
+
+
+def test_pages_carry_security_headers(alice):
+    response = logged_in(alice).get("/servers/")
+    csp = response["Content-Security-Policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "frame-ancestors 'none'" in csp
+    assert response["X-Frame-Options"] == "DENY"
+    assert response["X-Content-Type-Options"] == "nosniff"
+    assert response["Referrer-Policy"] == "same-origin"
