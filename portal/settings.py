@@ -108,7 +108,9 @@ if EMBEDDED:
             # WAL and IMMEDIATE let the worker threads and the web threads write without
             # "database is locked"; the browser tests' portal process shares the test file.
             "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL;", "transaction_mode": "IMMEDIATE", "timeout": 20},
-            "TEST": {"NAME": str(VAR_DIR / "test.sqlite3")},
+            # A file, not memory, so a portal process started by a browser test can share it;
+            # one per test run, so two runs on one machine do not drop each other's tables.
+            "TEST": {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")},
         }
     }
     CHANNEL_LAYERS = {"default": {"BACKEND": "portal.channel_layer.EmbeddedChannelLayer"}}
