@@ -49,11 +49,15 @@ def refusal(address: Address, policy: NetworkPolicy) -> str | None:
         return "a link-local address"
     if address.is_multicast:
         return "a multicast address"
-    # Before the reserved check: IPv6 loopback (::1) lies inside the reserved ::/8.
-    if address.is_loopback or address.is_private or address in SHARED:
-        return None if policy.allow_private else "a loopback or private address (not allowed by this portal's settings)"
+    private = "a loopback or private address (not allowed by this portal's settings)"
+    # Loopback before reserved (IPv6 ::1 lies in the reserved ::/8); reserved before private
+    # (Python counts 240.0.0.0/4 as private).
+    if address.is_loopback:
+        return None if policy.allow_private else private
     if address.is_reserved:
         return "a reserved address"
+    if address.is_private or address in SHARED:
+        return None if policy.allow_private else private
     if not address.is_global:
         return "a special-purpose address"
     return None
