@@ -31,6 +31,8 @@ function selectServer(id, { refresh = false } = {}) {
 function renderToolList() {
   const list = $("tool-list");
   const filter = $("tool-filter").value.trim().toLowerCase();
+  // The buttons are rebuilt; keep keyboard focus on the same tool instead of dropping it to <body>.
+  const focused = list.contains(document.activeElement) ? document.activeElement.dataset.tool : undefined;
   list.replaceChildren();
   for (const tool of state.server?.tools || []) {
     const text = `${tool.name} ${tool.title || ""} ${tool.description || ""}`.toLowerCase();
@@ -40,9 +42,11 @@ function renderToolList() {
       type: "button",
       class: current ? "tool current" : "tool",
       "aria-current": current ? "true" : null,
+      "data-tool": tool.name,
       onclick: () => selectTool(tool.name),
     }, h("span", { class: "tool-name", text: tool.title || tool.name }), h("code", { class: "small", text: tool.name }))));
   }
+  if (focused !== undefined) [...list.querySelectorAll("button.tool")].find((b) => b.dataset.tool === focused)?.focus();
 }
 
 function badges(annotations = {}) {
@@ -189,11 +193,18 @@ function renderOutcome(event) {
   if (event.error) {
     out.append(h("div", { class: "call-error", role: "alert" }, h("strong", { text: event.error_kind ? `${event.error_kind}: ` : "" }), event.error));
   }
-  if (event.details?.errors) showErrors($("form-fields"), event.details.errors, $("form-error"));
+  if (event.details?.errors) showArgumentErrors(event.details.errors);
   if (event.details?.stderr_tail) {
     out.append(h("details", { open: true }, h("summary", { text: "Server stderr (last lines)" }), h("pre", { text: event.details.stderr_tail })));
   }
   if (event.result) out.append(renderResult(event.result));
+}
+
+// Schema errors go beside their fields; in JSON mode those fields are hidden, so every error
+// goes under the JSON box instead, with its path.
+function showArgumentErrors(errors) {
+  const fields = $("json-mode").checked ? h("div") : $("form-fields");
+  showErrors(fields, errors, $("form-error"));
 }
 
 const SAFE_MEDIA = /^(image|audio)\/[a-z0-9.+-]+$/i;
