@@ -16,7 +16,7 @@ function render(test) {
     if (test.instructions) output.append(h("p", { class: "muted", text: `Instructions: ${test.instructions}` }));
     output.append(h("details", {}, h("summary", { text: "Capabilities" }), h("pre", { text: JSON.stringify(test.capabilities, null, 2) })));
   } else {
-    output.append(h("p", {}, h("span", { class: "badge error", text: test.kind }), " ", test.message));
+    output.append(h("p", {}, h("span", { class: "badge error", text: String(test.kind).replaceAll("_", " ") }), " ", test.message));
     if (test.stderr_tail) {
       output.append(h("details", { open: true }, h("summary", { text: "Server stderr (last lines)" }), h("pre", { text: test.stderr_tail })));
     }
