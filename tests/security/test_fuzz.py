@@ -39,7 +39,7 @@ def messages(draw, server_id: int):
     if kind == 0:
         return draw(st.text(min_size=1, max_size=50))  # not even JSON, usually
     if kind == 1:
-        return draw(json_values)
+        return json.dumps(draw(json_values))  # JSON, but not an object with a type
     message = draw(
         st.dictionaries(
             st.sampled_from(["type", "server", "tool", "arguments", "ref", "refresh"]), json_values, max_size=6
