@@ -36,8 +36,9 @@ def do_update_server(server: Server, fields: dict[str, Any]) -> Server:
     for name, value in changed.items():
         setattr(server, name, value)
     if changed.keys() - {"name", "description", "enabled", "request_timeout"}:
-        # The old tool list described another command or URL.
+        # The old tool list (and counts) described another command or URL.
         server.tools, server.tools_listed_at = [], None
+        server.resource_count = server.template_count = server.prompt_count = None
     server.save()
     return server
 
@@ -53,6 +54,14 @@ def do_delete_server(server: Server) -> None:
 
 def do_record_tools(server_id: int, tools: list[dict[str, Any]]) -> None:
     Server.objects.filter(pk=server_id).update(tools=tools, tools_listed_at=timezone.now())
+
+
+def do_record_resource_counts(server_id: int, resources: int, templates: int) -> None:
+    Server.objects.filter(pk=server_id).update(resource_count=resources, template_count=templates)
+
+
+def do_record_prompt_count(server_id: int, prompts: int) -> None:
+    Server.objects.filter(pk=server_id).update(prompt_count=prompts)
 
 
 def do_record_test(server_id: int, result: dict[str, Any]) -> None:

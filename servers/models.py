@@ -77,6 +77,11 @@ class Server(models.Model):
     # What the last worker that listed this server's tools saw, so pages render without a round trip.
     tools = models.JSONField(default=list, blank=True)
     tools_listed_at = models.DateTimeField(null=True, blank=True)
+    # How many resources, resource templates and prompts the last worker to list them saw
+    # (None: never listed), so the catalog shows them without a round trip.
+    resource_count = models.PositiveIntegerField(null=True, blank=True)
+    template_count = models.PositiveIntegerField(null=True, blank=True)
+    prompt_count = models.PositiveIntegerField(null=True, blank=True)
     # The last "Test connection": the handshake's facts, or the diagnosis of its failure.
     last_test = models.JSONField(default=dict, blank=True)
     last_tested_at = models.DateTimeField(null=True, blank=True)
