@@ -120,6 +120,13 @@ class Server(models.Model):
             connect_timeout=settings.MCP_CONNECT_TIMEOUT,
         )
 
+    @property
+    def placeholders(self) -> list[str]:
+        """The `${VAR}`s left in its settings (imported configs keep them): what it still needs filled in."""
+        from .mcp_json import placeholders_in
+
+        return ["${" + name + "}" for name in placeholders_in([self.args, self.env, self.url, self.headers])]
+
     def tool(self, name: str) -> dict[str, Any] | None:
         return next((tool for tool in self.tools if tool.get("name") == name), None)
 
