@@ -5,5 +5,7 @@ from . import views
 urlpatterns = [
     path("playground/", views.playground, name="playground"),
     path("calls/", views.call_list, name="call_list"),
+    path("calls/export.json", views.call_list_export, name="call_list_export"),
     path("calls/<uuid:call_id>/", views.call_detail, name="call_detail"),
+    path("calls/<uuid:call_id>/export.json", views.call_export, name="call_export"),
 ]

@@ -87,15 +87,16 @@ def execute_tool_call(call_id: str) -> None:
     if not actions.do_claim_tool_call(call_id, WORKER_NAME):
         return
     call = ToolCall.objects.select_related("server").get(pk=call_id)
+    progress: list[dict[str, Any]] = []  # kept on the record, for the history page
     try:
-        outcome = _run_call(call)
+        outcome = _run_call(call, progress)
         finished = actions.do_finish_tool_call(
             call_id,
             outcome.status,
             result=outcome.result,
             error=outcome.failure.message if outcome.failure else "",
             error_kind=outcome.failure.kind if outcome.failure else "",
-            details=_details(outcome),
+            details={**_details(outcome), **({"progress": progress} if progress else {})},
             duration_ms=outcome.duration_ms,
         )
     except Exception as exc:  # noqa: BLE001 - the record must end, whatever broke
@@ -118,7 +119,10 @@ def _details(outcome: CallOutcome) -> dict[str, Any]:
     return details
 
 
-def _run_call(call: ToolCall) -> CallOutcome:
+MAX_RECORDED_PROGRESS = 200
+
+
+def _run_call(call: ToolCall, progress: list[dict[str, Any]] | None = None) -> CallOutcome:
     server = call.server
     if server is None or not server.enabled:
         reason = "The server was deleted." if server is None else f"{server.name} is disabled."
@@ -128,10 +132,15 @@ def _run_call(call: ToolCall) -> CallOutcome:
     pool = get_pool()
     call_id, user_id = str(call.id), call.user_id
 
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+    started = time.monotonic()
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        if progress is not None and len(progress) < MAX_RECORDED_PROGRESS:
+            at_ms = round((time.monotonic() - started) * 1000, 1)
+            progress.append({"progress": value, "total": total, "message": message, "at_ms": at_ms})
         await _publish(
             user_id,
-            {"type": "call.progress", "call": call_id, "progress": progress, "total": total, "message": message},
+            {"type": "call.progress", "call": call_id, "progress": value, "total": total, "message": message},
         )
 
     async def run() -> CallOutcome:
