@@ -89,13 +89,18 @@ class ParsedConfig:
         return [entry for entry in self.entries if entry.status == "new"] if self.ok else []
 
 
-def placeholders_in(value: Any) -> list[str]:
-    """Every distinct `${NAME}` in a value (strings, lists and dicts, recursively), in order."""
+def placeholders_in(value: Any, without_default: bool = False) -> list[str]:
+    """Every distinct `${NAME}` in a value (strings, lists and dicts, recursively), in order.
+
+    `without_default` leaves out `${NAME:-default}`, which needs nothing from anyone.
+    """
     found: list[str] = []
 
     def walk(item: Any) -> None:
         if isinstance(item, str):
-            found.extend(name for name in PLACEHOLDER.findall(item) if name not in found)
+            for name in PLACEHOLDER.findall(item):
+                if name not in found and not (without_default and ":-" in name):
+                    found.append(name)
         elif isinstance(item, dict):
             for inner in item.values():
                 walk(inner)

@@ -125,7 +125,8 @@ class Server(models.Model):
         """The `${VAR}`s left in its settings (imported configs keep them): what it still needs filled in."""
         from .mcp_json import placeholders_in
 
-        return ["${" + name + "}" for name in placeholders_in([self.args, self.env, self.url, self.headers])]
+        settings = [self.command, self.args, self.env, self.cwd, self.url, self.headers]
+        return ["${" + name + "}" for name in placeholders_in(settings, without_default=True)]
 
     def tool(self, name: str) -> dict[str, Any] | None:
         return next((tool for tool in self.tools if tool.get("name") == name), None)

@@ -42,6 +42,24 @@ def playground(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _servers_page(request: HttpRequest, template: str) -> HttpResponse:
+    """The Resources and Prompts tabs: the user's enabled servers; the rest comes over the WebSocket."""
+    servers = Server.objects.visible_to(request.user).filter(enabled=True).select_related("team").distinct()
+    catalog = [{"id": s.pk, "name": s.name, "team": s.team.name} for s in servers]
+    selected = {"server": request.GET.get("server", "")}
+    return render(request, template, {"catalog": catalog, "selected": selected, "has_servers": bool(catalog)})
+
+
+@login_required
+def playground_resources(request: HttpRequest) -> HttpResponse:
+    return _servers_page(request, "sessions/resources.html")
+
+
+@login_required
+def playground_prompts(request: HttpRequest) -> HttpResponse:
+    return _servers_page(request, "sessions/prompts.html")
+
+
 def _own_call(request: HttpRequest, call_id: str) -> ToolCall | None:
     try:
         pk = uuid.UUID(call_id)

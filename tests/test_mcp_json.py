@@ -8,7 +8,7 @@ from types import SimpleNamespace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from servers.mcp_json import export, mark_duplicates, parse, strip_jsonc
+from servers.mcp_json import export, mark_duplicates, parse, placeholders_in, strip_jsonc
 
 SUPPORTED = ("stdio", "http")
 
@@ -272,3 +272,9 @@ json_values = st.recursive(
 def test_stripping_comments_never_changes_plain_json(value):
     text = json.dumps(value)
     assert json.loads(strip_jsonc(text)) == value
+
+
+def test_placeholders_with_a_default_need_nothing():
+    settings = ["--root", "${ROOT:-/srv}", {"A": "${TOKEN}", "B": "x-${TOKEN}-${REGION:-eu}"}]
+    assert placeholders_in(settings) == ["ROOT:-/srv", "TOKEN", "REGION:-eu"]
+    assert placeholders_in(settings, without_default=True) == ["TOKEN"]

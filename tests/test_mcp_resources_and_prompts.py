@@ -177,16 +177,18 @@ def test_a_subscription_delivers_updates_until_the_last_subscriber_leaves(shared
         await pool.subscribe_resource(key, demo, "demo://counter", inbox, "tab-2")
         await pool.call_tool(key, demo, "touch_resource", {})
         first = await inbox.next()
+        await pool.read_resource(key, demo, "demo://counter")  # a round trip: any duplicate is in by now
+        duplicates = inbox.queue.qsize()
         told_server = [await pool.unsubscribe_resource(key, demo, "demo://counter", "tab-1")]
         await pool.call_tool(key, demo, "touch_resource", {})
         second = await inbox.next()  # the other tab still listens
         told_server.append(await pool.unsubscribe_resource(key, demo, "demo://counter", "tab-2"))
         conn = await pool.connection(key, demo)
-        return first, second, told_server, conn.subscribed, conn.client.protocol_version
+        return first, duplicates, second, told_server, conn.subscribed, conn.client.protocol_version
 
-    first, second, told_server, still_subscribed, version = pool.run(scenario(), timeout=60)
+    first, duplicates, second, told_server, still_subscribed, version = pool.run(scenario(), timeout=60)
     assert version == "2026-07-28"
-    assert first == second == ("demo://counter", "updated", "")
+    assert first == second == ("demo://counter", "updated", "") and duplicates == 0
     assert told_server == [False, True] and not still_subscribed
 
 

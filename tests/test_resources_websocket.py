@@ -123,10 +123,12 @@ def test_a_subscription_brings_live_updates_until_unsubscribed(alice, demo_serve
                 {"type": "unsubscribe_resource", "ref": "u1", "server": demo_server.pk, "uri": "demo://counter"}
             )
             unsubscribed = await ws.until("resource.unsubscribed", ref="u1")
-            return subscribed, touched, updated, unsubscribed
 
-    subscribed, touched, updated, unsubscribed = run(scenario())
+            return subscribed, touched, updated, unsubscribed, [e for e in ws.seen if e["type"] == "resource.updated"]
+
+    subscribed, touched, updated, unsubscribed, updates = run(scenario())
     assert "error" not in subscribed and touched["status"] == "succeeded"
+    assert len(updates) == 1  # one touch, one notice
     assert updated == {"type": "resource.updated", "server": demo_server.pk, "uri": "demo://counter"}
     assert "error" not in unsubscribed
 

@@ -77,8 +77,12 @@ class ResourceSubscriptions:
             return True
 
     async def on_notification(self, uri: str) -> None:
-        """A handshake-era `notifications/resources/updated`."""
-        if uri in self.subscribers:
+        """A handshake-era `notifications/resources/updated`.
+
+        In 2026-07-28 the SDK also hands listen-stream events to the message handler;
+        the stream (`_listen`) reports those, so they are not reported twice.
+        """
+        if not self.modern and uri in self.subscribers:
             await self.sink(uri, "updated", "")
 
     async def _relisten(self, uris: set[str], timeout: float) -> None:
