@@ -8,7 +8,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from .models import Membership, Role, Server, Team
+from . import mcp_json
+from .models import Membership, Role, Server, Team, TransportKind
 
 SERVER_FIELDS = (
     "name",
@@ -36,8 +37,9 @@ def do_update_server(server: Server, fields: dict[str, Any]) -> Server:
     for name, value in changed.items():
         setattr(server, name, value)
     if changed.keys() - {"name", "description", "enabled", "request_timeout"}:
-        # The old tool list described another command or URL.
+        # The old tool list (and counts) described another command or URL.
         server.tools, server.tools_listed_at = [], None
+        server.resource_count = server.template_count = server.prompt_count = None
     server.save()
     return server
 
@@ -55,8 +57,39 @@ def do_record_tools(server_id: int, tools: list[dict[str, Any]]) -> None:
     Server.objects.filter(pk=server_id).update(tools=tools, tools_listed_at=timezone.now())
 
 
+def do_record_resource_counts(server_id: int, resources: int, templates: int) -> None:
+    Server.objects.filter(pk=server_id).update(resource_count=resources, template_count=templates)
+
+
+def do_record_prompt_count(server_id: int, prompts: int) -> None:
+    Server.objects.filter(pk=server_id).update(prompt_count=prompts)
+
+
 def do_record_test(server_id: int, result: dict[str, Any]) -> None:
     Server.objects.filter(pk=server_id).update(last_test=result, last_tested_at=timezone.now())
+
+
+def plan_import(team: Team, text: str) -> mcp_json.ParsedConfig:
+    """What importing `text` into `team` would do, entry by entry; writes nothing."""
+    parsed = mcp_json.parse(text, TransportKind.values)
+    return mcp_json.mark_duplicates(parsed, Server.objects.filter(team=team).values_list("name", flat=True))
+
+
+@transaction.atomic
+def do_import_servers(team: Team, by: Any, text: str) -> tuple[mcp_json.ParsedConfig, list[Server]]:
+    """Create every new server of an mcpServers config, or none of them.
+
+    Entries in error block the whole import; duplicates (by name) and transports the
+    portal cannot run yet are skipped, so importing the same file twice creates nothing twice.
+    """
+    # Lock the team so that two imports at once cannot both decide a name is new.
+    Team.objects.select_for_update().filter(pk=team.pk).first()
+    plan = plan_import(team, text)
+    created = [
+        do_create_server(team, by, {"name": entry.name, "transport": entry.transport, **entry.fields})
+        for entry in plan.to_create
+    ]
+    return plan, created
 
 
 @transaction.atomic

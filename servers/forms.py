@@ -11,6 +11,7 @@ from django.core.validators import URLValidator
 
 from sessions.mcp.naming import VALID_NAME, normalize_name
 
+from .mcp_json import MAX_BYTES as MAX_IMPORT_BYTES
 from .models import Server, Team, TransportKind
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -141,4 +142,37 @@ class ServerForm(forms.Form):
             others = Server.objects.filter(team=team).exclude(pk=getattr(self.instance, "pk", None))
             if any(normalize_name(other.name).lower() == wanted for other in others.only("name")):
                 self.add_error("name", f"The team already has a server named {name!r}.")
+        return data
+
+
+class ImportForm(forms.Form):
+    """An mcpServers config, pasted or uploaded, for one of the teams the user administers."""
+
+    team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None)
+    config = forms.CharField(
+        label="mcpServers JSON",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 14, "spellcheck": "false", "class": "json"}),
+        help_text="Paste claude_desktop_config.json, .mcp.json, Cursor's mcp.json or VS Code's {\"servers\": …}.",
+    )
+    upload = forms.FileField(label="Or upload the file", required=False)
+
+    def __init__(self, *args: Any, teams: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fields["team"].queryset = teams
+        if teams.count() == 1:
+            self.fields["team"].initial = teams.first()
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        upload = data.get("upload")
+        if upload:
+            if upload.size > MAX_IMPORT_BYTES:
+                raise ValidationError(f"The file is larger than {MAX_IMPORT_BYTES // 1000} KB.")
+            try:
+                data["config"] = upload.read().decode("utf-8-sig")
+            except UnicodeDecodeError:
+                raise ValidationError("The file is not UTF-8 text.") from None
+        if not data.get("config", "").strip():
+            raise ValidationError("Paste a configuration or choose a file.")
         return data

@@ -77,6 +77,11 @@ class Server(models.Model):
     # What the last worker that listed this server's tools saw, so pages render without a round trip.
     tools = models.JSONField(default=list, blank=True)
     tools_listed_at = models.DateTimeField(null=True, blank=True)
+    # How many resources, resource templates and prompts the last worker to list them saw
+    # (None: never listed), so the catalog shows them without a round trip.
+    resource_count = models.PositiveIntegerField(null=True, blank=True)
+    template_count = models.PositiveIntegerField(null=True, blank=True)
+    prompt_count = models.PositiveIntegerField(null=True, blank=True)
     # The last "Test connection": the handshake's facts, or the diagnosis of its failure.
     last_test = models.JSONField(default=dict, blank=True)
     last_tested_at = models.DateTimeField(null=True, blank=True)
@@ -114,6 +119,14 @@ class Server(models.Model):
             request_timeout=self.request_timeout,
             connect_timeout=settings.MCP_CONNECT_TIMEOUT,
         )
+
+    @property
+    def placeholders(self) -> list[str]:
+        """The `${VAR}`s left in its settings (imported configs keep them): what it still needs filled in."""
+        from .mcp_json import placeholders_in
+
+        settings = [self.command, self.args, self.env, self.cwd, self.url, self.headers]
+        return ["${" + name + "}" for name in placeholders_in(settings, without_default=True)]
 
     def tool(self, name: str) -> dict[str, Any] | None:
         return next((tool for tool in self.tools if tool.get("name") == name), None)

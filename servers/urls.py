@@ -5,6 +5,8 @@ from . import views
 urlpatterns = [
     path("", views.server_list, name="server_list"),
     path("add/", views.server_add, name="server_add"),
+    path("import/", views.server_import, name="server_import"),
+    path("export/", views.server_export, name="server_export"),
     path("<int:server_id>/", views.server_detail, name="server_detail"),
     path("<int:server_id>/edit/", views.server_edit, name="server_edit"),
     path("<int:server_id>/toggle/", views.server_toggle, name="server_toggle"),

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import json
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from sessions.mcp.naming import summarize_description
 
-from . import actions
-from .forms import ServerForm
+from . import actions, mcp_json
+from .forms import ImportForm, ServerForm
 from .models import Role, Server, Team
 
 
@@ -109,3 +111,52 @@ def server_delete(request: HttpRequest, server_id: int) -> HttpResponse:
         messages.success(request, f"Deleted {server.name}. Its call history is kept.")
         return redirect("server_list")
     return render(request, "servers/delete.html", {"server": server})
+
+
+# -- mcpServers import and export ---------------------------------------------------------------
+
+
+@login_required
+def server_import(request: HttpRequest) -> HttpResponse:
+    """Paste or upload → preview (nothing written) → create all new servers, or none."""
+    teams = _admin_teams(request)
+    if not teams.exists():
+        raise PermissionDenied("Only team admins can import servers.")
+    form = ImportForm(request.POST or None, request.FILES or None, teams=teams)
+    if request.method != "POST" or not form.is_valid():
+        return render(request, "servers/import.html", {"form": form})
+    team, text = form.cleaned_data["team"], form.cleaned_data["config"]
+    if "create" in request.POST:
+        plan, created = actions.do_import_servers(team, request.user, text)
+        if plan.ok:
+            if created:
+                names = ", ".join(server.name for server in created)
+                messages.success(request, f"Imported {len(created)} server(s) into {team.name}: {names}.")
+            else:
+                messages.info(request, "Nothing new to import: every server was a duplicate or not supported yet.")
+            return redirect("server_list")
+    else:
+        plan = actions.plan_import(team, text)
+    return render(request, "servers/import_preview.html", {"form": form, "plan": plan, "team": team, "config": text})
+
+
+@login_required
+def server_export(request: HttpRequest) -> HttpResponse:
+    """A team's servers as mcpServers JSON, secrets held back; `?download=1` for the file."""
+    teams = Team.objects.filter(memberships__user=request.user).order_by("name")
+    wanted = request.GET.get("team", "")
+    team = teams.filter(pk=wanted).first() if wanted.isdigit() else teams.first()
+    if team is None:
+        raise PermissionDenied("You belong to no team with that id.")
+    shape = "servers" if request.GET.get("format") == "vscode" else "mcpServers"
+    config, notes = mcp_json.export(Server.objects.filter(team=team), shape)
+    if request.GET.get("download"):
+        response = JsonResponse(config, json_dumps_params={"indent": 2})
+        filename = "mcp.json" if shape == "servers" else f"mcp-servers-{mcp_json.normalize_name(team.name)}.json"
+        response["Content-Disposition"] = f'attachment; filename="{filename}"'
+        return response
+    return render(
+        request,
+        "servers/export.html",
+        {"teams": teams, "team": team, "shape": shape, "pretty": json.dumps(config, indent=2), "notes": notes},
+    )

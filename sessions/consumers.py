@@ -14,6 +14,8 @@ from . import actions, tasks
 from .worker import user_group
 
 MAX_MESSAGE_BYTES = 1_000_000
+MAX_URI = 2048
+MAX_SUBSCRIPTIONS = 50
 
 
 class MessageError(Exception):
@@ -34,6 +36,18 @@ def _text(content: dict[str, Any], name: str, limit: int, required: bool = True)
     return value
 
 
+def _strings(content: dict[str, Any], name: str, limit: int = 100_000, max_items: int = 100) -> dict[str, str]:
+    """An optional object of string values: prompt arguments, completion context."""
+    value = content.get(name, {})
+    if (
+        not isinstance(value, dict)
+        or len(value) > max_items
+        or not all(isinstance(k, str) and isinstance(v, str) and len(v) <= limit for k, v in value.items())
+    ):
+        raise MessageError(f"'{name}' must be an object of at most {max_items} string values.")
+    return value
+
+
 class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -42,12 +56,18 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
             return
         self.user = user
         self.group = user_group(user.pk)
+        # Resource subscriptions this socket made, given back when it closes.
+        self.subscriptions: set[tuple[int, str]] = set()
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        for server_id, uri in getattr(self, "subscriptions", ()):
+            await database_sync_to_async(tasks.unsubscribe_resource.delay)(
+                server_id, self.user.pk, uri, self.channel_name
+            )
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         # Every message is untrusted: anything malformed gets an error reply, never a closed socket.
@@ -96,11 +116,90 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
             raise MessageError("Only the team's admins can test its servers.")
         await database_sync_to_async(tasks.test_connection.delay)(server_id, self.user.pk)
 
-    handlers = {"call": on_call, "list_tools": on_list_tools, "test_connection": on_test_connection}
+    # -- resources, prompts, completions: checked here, answered by a worker -----------------
+
+    async def on_list_resources(self, content: dict[str, Any], ref: Any) -> None:
+        server_id = await self._usable_server(content)
+        await database_sync_to_async(tasks.list_resources.delay)(server_id, self.user.pk, ref)
+
+    async def on_read_resource(self, content: dict[str, Any], ref: Any) -> None:
+        server_id = await self._usable_server(content)
+        uri = _text(content, "uri", MAX_URI)
+        await database_sync_to_async(tasks.read_resource.delay)(server_id, self.user.pk, uri, ref)
+
+    async def on_subscribe_resource(self, content: dict[str, Any], ref: Any) -> None:
+        server_id = await self._usable_server(content)
+        uri = _text(content, "uri", MAX_URI)
+        if (server_id, uri) not in self.subscriptions and len(self.subscriptions) >= MAX_SUBSCRIPTIONS:
+            raise MessageError(f"A page may hold at most {MAX_SUBSCRIPTIONS} subscriptions.")
+        # Asking again is harmless (the pool keeps a set of subscribers per URI), and retries one that failed.
+        self.subscriptions.add((server_id, uri))
+        await database_sync_to_async(tasks.subscribe_resource.delay)(
+            server_id, self.user.pk, uri, self.channel_name, ref
+        )
+
+    async def on_unsubscribe_resource(self, content: dict[str, Any], ref: Any) -> None:
+        server_id = _server_id(content)
+        uri = _text(content, "uri", MAX_URI)
+        if (server_id, uri) in self.subscriptions:
+            self.subscriptions.discard((server_id, uri))
+            await database_sync_to_async(tasks.unsubscribe_resource.delay)(
+                server_id, self.user.pk, uri, self.channel_name, ref
+            )
+        else:
+            await self.send_json({"type": "resource.unsubscribed", "ref": ref, "server": server_id, "uri": uri})
+
+    async def on_list_prompts(self, content: dict[str, Any], ref: Any) -> None:
+        server_id = await self._usable_server(content)
+        await database_sync_to_async(tasks.list_prompts.delay)(server_id, self.user.pk, ref)
+
+    async def on_get_prompt(self, content: dict[str, Any], ref: Any) -> None:
+        server_id = await self._usable_server(content)
+        name = _text(content, "name", 200)
+        arguments = _strings(content, "arguments")
+        await database_sync_to_async(tasks.get_prompt.delay)(server_id, self.user.pk, name, arguments, ref)
+
+    async def on_complete(self, content: dict[str, Any], ref: Any) -> None:
+        server_id = await self._usable_server(content)
+        if ("prompt" in content) == ("template" in content):
+            raise MessageError("Say what to complete: a 'prompt' name or a resource 'template'.")
+        target = {"prompt": _text(content, "prompt", 200)} if "prompt" in content else {}
+        target = target or {"template": _text(content, "template", MAX_URI)}
+        argument = _text(content, "argument", 200)
+        value = _text(content, "value", 10_000, required=False)
+        context = _strings(content, "context", limit=10_000)
+        await database_sync_to_async(tasks.complete.delay)(
+            server_id, self.user.pk, target, argument, value, context, ref
+        )
+
+    handlers = {
+        "call": on_call,
+        "list_tools": on_list_tools,
+        "test_connection": on_test_connection,
+        "list_resources": on_list_resources,
+        "read_resource": on_read_resource,
+        "subscribe_resource": on_subscribe_resource,
+        "unsubscribe_resource": on_unsubscribe_resource,
+        "list_prompts": on_list_prompts,
+        "get_prompt": on_get_prompt,
+        "complete": on_complete,
+    }
 
     @database_sync_to_async
     def _can_see(self, server_id: int) -> bool:
         return Server.objects.visible_to(self.user).filter(pk=server_id).exists()
+
+    async def _usable_server(self, content: dict[str, Any]) -> int:
+        """The message's server, if the user can see it and it is enabled."""
+        server_id = _server_id(content)
+        found = await database_sync_to_async(
+            lambda: Server.objects.visible_to(self.user).filter(pk=server_id).values_list("name", "enabled").first()
+        )()
+        if found is None:
+            raise MessageError("Unknown server.")
+        if not found[1]:
+            raise MessageError(f"{found[0]} is disabled.")
+        return server_id
 
     @database_sync_to_async
     def _can_administer(self, server_id: int) -> bool:

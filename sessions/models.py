@@ -73,3 +73,53 @@ class ToolCall(models.Model):
             "details": self.details,
             "duration_ms": self.duration_ms,
         }
+
+    def as_record(self) -> dict:
+        """Everything the history knows about the call, for its JSON export."""
+        return {
+            **self.as_event(),
+            "server_name": self.server_name,
+            "arguments": self.arguments,
+            "worker": self.worker,
+            "created_at": self.created_at.isoformat() if self.created_at else None,
+            "started_at": self.started_at.isoformat() if self.started_at else None,
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+            "exchange": self.exchange(),
+        }
+
+    def exchange(self) -> list[dict]:
+        """The call's JSON-RPC as the worker exchanged it, with times (ms after it started).
+
+        Rebuilt from the record, not captured from the wire: the request, the progress
+        notifications, then the result, or how the portal saw the call end (a timeout, a
+        crash: no JSON-RPC answer came). A call rejected before reaching a server has none.
+        """
+        if self.started_at is None or self.status == CallStatus.REJECTED:
+            return []
+        request = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": self.tool, "arguments": self.arguments},
+        }
+        messages = [{"at_ms": 0.0, "direction": "sent", "message": request}]
+        for event in (self.details or {}).get("progress", []):
+            params = {k: event[k] for k in ("progress", "total", "message") if event.get(k) is not None}
+            messages.append(
+                {
+                    "at_ms": event.get("at_ms"),
+                    "direction": "received",
+                    "message": {
+                        "jsonrpc": "2.0",
+                        "method": "notifications/progress",
+                        "params": {"progressToken": 1, **params},
+                    },
+                }
+            )
+        if self.result is not None:
+            answer = {"jsonrpc": "2.0", "id": 1, "result": self.result}
+            messages.append({"at_ms": self.duration_ms, "direction": "received", "message": answer})
+        elif self.finished:
+            ended = {"status": self.status, "error_kind": self.error_kind, "error": self.error}
+            messages.append({"at_ms": self.duration_ms, "direction": "portal", "message": ended})
+        return messages

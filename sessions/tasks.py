@@ -21,6 +21,43 @@ def test_connection(server_id: int, user_id: int) -> None:
     worker.execute_test_connection(server_id, user_id)
 
 
+@shared_task(name="sessions.list_resources")
+def list_resources(server_id: int, user_id: int, ref: str | int | None = None) -> None:
+    worker.execute_list_resources(server_id, user_id, ref)
+
+
+@shared_task(name="sessions.read_resource")
+def read_resource(server_id: int, user_id: int, uri: str, ref: str | int | None = None) -> None:
+    worker.execute_read_resource(server_id, user_id, uri, ref)
+
+
+@shared_task(name="sessions.list_prompts")
+def list_prompts(server_id: int, user_id: int, ref: str | int | None = None) -> None:
+    worker.execute_list_prompts(server_id, user_id, ref)
+
+
+@shared_task(name="sessions.get_prompt")
+def get_prompt(server_id: int, user_id: int, name: str, arguments: dict, ref: str | int | None = None) -> None:
+    worker.execute_get_prompt(server_id, user_id, name, arguments, ref)
+
+
+@shared_task(name="sessions.complete")
+def complete(
+    server_id: int, user_id: int, target: dict, argument: str, value: str, context: dict, ref: str | int | None = None
+) -> None:
+    worker.execute_complete(server_id, user_id, target, argument, value, context, ref)
+
+
+@shared_task(name="sessions.subscribe_resource")
+def subscribe_resource(server_id: int, user_id: int, uri: str, subscriber: str, ref: str | int | None = None) -> None:
+    worker.execute_subscribe_resource(server_id, user_id, uri, subscriber, ref)
+
+
+@shared_task(name="sessions.unsubscribe_resource")
+def unsubscribe_resource(server_id: int, user_id: int, uri: str, subscriber: str, ref: str | int | None = None) -> None:
+    worker.execute_unsubscribe_resource(server_id, user_id, uri, subscriber, ref)
+
+
 @worker_init.connect
 def _on_worker_init(sender=None, **_kwargs) -> None:
     worker.start_heartbeat()

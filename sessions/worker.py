@@ -14,6 +14,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -86,15 +87,16 @@ def execute_tool_call(call_id: str) -> None:
     if not actions.do_claim_tool_call(call_id, WORKER_NAME):
         return
     call = ToolCall.objects.select_related("server").get(pk=call_id)
+    progress: list[dict[str, Any]] = []  # kept on the record, for the history page
     try:
-        outcome = _run_call(call)
+        outcome = _run_call(call, progress)
         finished = actions.do_finish_tool_call(
             call_id,
             outcome.status,
             result=outcome.result,
             error=outcome.failure.message if outcome.failure else "",
             error_kind=outcome.failure.kind if outcome.failure else "",
-            details=_details(outcome),
+            details={**_details(outcome), **({"progress": progress} if progress else {})},
             duration_ms=outcome.duration_ms,
         )
     except Exception as exc:  # noqa: BLE001 - the record must end, whatever broke
@@ -117,7 +119,10 @@ def _details(outcome: CallOutcome) -> dict[str, Any]:
     return details
 
 
-def _run_call(call: ToolCall) -> CallOutcome:
+MAX_RECORDED_PROGRESS = 200
+
+
+def _run_call(call: ToolCall, progress: list[dict[str, Any]] | None = None) -> CallOutcome:
     server = call.server
     if server is None or not server.enabled:
         reason = "The server was deleted." if server is None else f"{server.name} is disabled."
@@ -127,10 +132,15 @@ def _run_call(call: ToolCall) -> CallOutcome:
     pool = get_pool()
     call_id, user_id = str(call.id), call.user_id
 
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+    started = time.monotonic()
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        if progress is not None and len(progress) < MAX_RECORDED_PROGRESS:
+            at_ms = round((time.monotonic() - started) * 1000, 1)
+            progress.append({"progress": value, "total": total, "message": message, "at_ms": at_ms})
         await _publish(
             user_id,
-            {"type": "call.progress", "call": call_id, "progress": progress, "total": total, "message": message},
+            {"type": "call.progress", "call": call_id, "progress": value, "total": total, "message": message},
         )
 
     async def run() -> CallOutcome:
@@ -197,6 +207,131 @@ def execute_test_connection(server_id: int, user_id: int) -> None:
         result = {"ok": True, **info}
     server_actions.do_record_test(server_id, result)
     publish(user_id, {"type": "connection.tested", "server": server_id, **result})
+
+
+# -- resources, prompts, completions -----------------------------------------------------
+#
+# Each runs one pool request for (server, user) and publishes one event to the user's
+# group: the answer, or `error` with the diagnosis. `ref` is the browser's, echoed back
+# so a page can match answers to its questions.
+
+PoolWork = Callable[[ConnectionPool, ConnectionKey, ServerConfig], Coroutine[Any, Any, dict[str, Any]]]
+
+
+def _on_server(
+    server_id: int,
+    user_id: int,
+    event: dict[str, Any],
+    work: PoolWork,
+    ref: Any = None,
+    record: Callable[[dict[str, Any]], None] | None = None,
+) -> None:
+    """Run `work` against the server and publish `event` with its answer merged in (after `record`ing it)."""
+    event = {**event, "server": server_id, "ref": ref}
+    server = Server.objects.filter(pk=server_id).first()
+    if server is None or not server.enabled:
+        message = "Unknown server." if server is None else f"{server.name} is disabled."
+        publish(user_id, {**event, "error": Failure("server_unavailable", message).as_dict()})
+        return
+    config = server.to_config()
+    pool = get_pool()
+    backstop = config.connect_timeout + config.request_timeout + 30
+    try:
+        data = pool.run(work(pool, connection_key(server, config, user_id), config), timeout=backstop)
+    except ConnectionFailed as exc:
+        publish(user_id, {**event, "error": exc.failure.as_dict()})
+        return
+    except concurrent.futures.TimeoutError:
+        publish(user_id, {**event, "error": Failure("timeout", f"the worker gave up after {backstop:g} s").as_dict()})
+        return
+    if record is not None:
+        record(data)
+    publish(user_id, {**event, **data})
+
+
+def execute_list_resources(server_id: int, user_id: int, ref: Any = None) -> None:
+    _on_server(
+        server_id,
+        user_id,
+        {"type": "resources"},
+        lambda pool, key, config: pool.list_resources(key, config),
+        ref,
+        record=lambda listing: server_actions.do_record_resource_counts(
+            server_id, len(listing["resources"]), len(listing["templates"])
+        ),
+    )
+
+
+def execute_read_resource(server_id: int, user_id: int, uri: str, ref: Any = None) -> None:
+    _on_server(
+        server_id,
+        user_id,
+        {"type": "resource.read", "uri": uri},
+        lambda pool, key, config: pool.read_resource(key, config, uri),
+        ref,
+    )
+
+
+def execute_list_prompts(server_id: int, user_id: int, ref: Any = None) -> None:
+    _on_server(
+        server_id,
+        user_id,
+        {"type": "prompts"},
+        lambda pool, key, config: pool.list_prompts(key, config),
+        ref,
+        record=lambda listing: server_actions.do_record_prompt_count(server_id, len(listing["prompts"])),
+    )
+
+
+def execute_get_prompt(server_id: int, user_id: int, name: str, arguments: dict[str, str], ref: Any = None) -> None:
+    _on_server(
+        server_id,
+        user_id,
+        {"type": "prompt.got", "name": name},
+        lambda pool, key, config: pool.get_prompt(key, config, name, arguments),
+        ref,
+    )
+
+
+def execute_complete(
+    server_id: int,
+    user_id: int,
+    target: dict[str, str],
+    argument: str,
+    value: str,
+    context: dict[str, str],
+    ref: Any = None,
+) -> None:
+    """Completion suggestions for an argument of a prompt (`{"prompt": name}`) or template (`{"template": uri}`)."""
+    _on_server(
+        server_id,
+        user_id,
+        {"type": "completion", **target, "argument": argument},
+        lambda pool, key, config: pool.complete(key, config, target, argument, value, context),
+        ref,
+    )
+
+
+def execute_subscribe_resource(server_id: int, user_id: int, uri: str, subscriber: str, ref: Any = None) -> None:
+    """Subscribe `subscriber` (a browser socket's channel name) to `uri`; news goes to the user's group."""
+
+    async def on_update(updated_uri: str, event: str, message: str) -> None:
+        news = {"type": f"resource.{event}", "server": server_id, "uri": updated_uri}
+        await _publish(user_id, {**news, "message": message} if message else news)
+
+    async def work(pool: ConnectionPool, key: ConnectionKey, config: ServerConfig) -> dict[str, Any]:
+        await pool.subscribe_resource(key, config, uri, on_update, subscriber)
+        return {}
+
+    _on_server(server_id, user_id, {"type": "resource.subscribed", "uri": uri}, work, ref)
+
+
+def execute_unsubscribe_resource(server_id: int, user_id: int, uri: str, subscriber: str, ref: Any = None) -> None:
+    async def work(pool: ConnectionPool, key: ConnectionKey, config: ServerConfig) -> dict[str, Any]:
+        await pool.unsubscribe_resource(key, config, uri, subscriber)
+        return {}
+
+    _on_server(server_id, user_id, {"type": "resource.unsubscribed", "uri": uri}, work, ref)
 
 
 # -- liveness ----------------------------------------------------------------------------

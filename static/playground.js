@@ -267,8 +267,8 @@ const socket = connect({
           const fresh = event.tools.find((t) => t.name === state.tool.name);
           if (fresh && JSON.stringify(fresh) !== JSON.stringify(state.tool)) selectTool(fresh.name);
         } else if (pendingTool) {
-          selectTool(pendingTool);
-          pendingTool = null;
+          selectTool(pendingTool, pendingArguments);
+          pendingTool = pendingArguments = null;
         }
       }
     } else if (event.type === "error") {
@@ -294,11 +294,13 @@ $("refresh-tools").addEventListener("click", () => state.server && selectServer(
 $("tool-filter").addEventListener("input", renderToolList);
 
 let pendingTool = selected.tool || null;
+// Arguments of a call re-run from the history, prefilled in the tool's form.
+let pendingArguments = selected.arguments || undefined;
 if (catalog.length) {
   const first = servers.get(Number(selected.server)) || catalog[0];
   selectServer(first.id);
   if (pendingTool && (first.tools || []).some((t) => t.name === pendingTool)) {
-    selectTool(pendingTool);
-    pendingTool = null;
+    selectTool(pendingTool, pendingArguments);
+    pendingTool = pendingArguments = null;
   }
 }

@@ -10,23 +10,43 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import json
 import os
 import struct
 import sys
 import zlib
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
+from mcp.server.context import ServerRequestContext
 from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.prompts.base import AssistantMessage, Message, UserMessage
 from mcp.server.mcpserver.resolve import Elicit, Resolve
-from mcp.types import ImageContent, TextContent, ToolAnnotations
+from mcp.types import (
+    Completion,
+    CompletionArgument,
+    CompletionContext,
+    EmptyResult,
+    ImageContent,
+    ListResourcesResult,
+    PaginatedRequestParams,
+    PromptReference,
+    ResourceTemplateReference,
+    SubscribeRequestParams,
+    TextContent,
+    ToolAnnotations,
+    UnsubscribeRequestParams,
+)
 from pydantic import BaseModel, Field
 
 server = MCPServer(
     name="portal-demo",
     version="1.0.0",
-    instructions="A demo server for the MCP Portal playground: echo, add, progress, an image, a form, a sleep.",
+    instructions=(
+        "A demo server for the MCP Portal playground: echo, add, progress, an image, a form, a sleep; "
+        "resources (text, JSON, an image, bytes, a greeting template, a counter to subscribe to) and prompts."
+    ),
 )
 
 
@@ -141,6 +161,142 @@ def crash() -> str:
     sys.stderr.write("demo server: crashing on request\n")
     sys.stderr.flush()
     os._exit(3)
+
+
+# -- resources ------------------------------------------------------------------------------
+
+COUNTER_URI = "demo://counter"
+touches = 0
+# Handshake-era subscribers (resources/subscribe): uri -> the sessions that asked. In the
+# 2026-07-28 era there is no subscribe request; subscriptions/listen streams get events instead.
+subscribers: dict[str, set[Any]] = {}
+
+
+@server.resource("demo://readme", name="readme", title="Read me", mime_type="text/plain")
+def readme() -> str:
+    return "This is the portal's demo server.\nIts resources show text, JSON, an image and plain bytes.\n"
+
+
+@server.resource("demo://config.json", name="config", title="Settings (JSON)", mime_type="application/json")
+def settings_json() -> str:
+    return json.dumps({"theme": "dark", "retries": 3, "features": ["resources", "prompts"]})
+
+
+@server.resource("demo://square.png", name="square", title="A green square", mime_type="image/png")
+def square() -> bytes:
+    return _png(16, 16, COLOURS["green"])
+
+
+@server.resource("demo://bytes.bin", name="bytes", title="Some bytes", mime_type="application/octet-stream")
+def some_bytes() -> bytes:
+    return bytes(range(256))
+
+
+@server.resource(
+    COUNTER_URI,
+    name="counter",
+    title="Touch counter",
+    description="How often touch_resource ran. Subscribe to it, then call touch_resource.",
+    mime_type="text/plain",
+)
+def counter() -> str:
+    return f"touched {touches} times"
+
+
+@server.resource(
+    "demo://greeting/{name}",
+    name="greeting",
+    title="A greeting",
+    description="A greeting for anyone; the name has completions.",
+    mime_type="text/plain",
+)
+def greeting(name: str) -> str:
+    return f"Hello, {name}!"
+
+
+PAGE_SIZE = 3
+
+
+async def list_resources_in_pages(
+    ctx: ServerRequestContext, params: PaginatedRequestParams | None
+) -> ListResourcesResult:
+    # MCPServer lists everything at once; pages of three exercise the client's cursor handling.
+    everything = await server.list_resources()
+    cursor = params.cursor if params is not None else None
+    start = int(cursor) if cursor and cursor.isdigit() else 0
+    end = start + PAGE_SIZE
+    return ListResourcesResult(resources=everything[start:end], next_cursor=str(end) if end < len(everything) else None)
+
+
+def _client_connection(ctx: ServerRequestContext):
+    # ctx.session is a fresh proxy per request; the connection behind it is what stays the same.
+    return ctx.session._connection
+
+
+async def subscribe(ctx: ServerRequestContext, params: SubscribeRequestParams) -> EmptyResult:
+    subscribers.setdefault(str(params.uri), set()).add(_client_connection(ctx))
+    return EmptyResult()
+
+
+async def unsubscribe(ctx: ServerRequestContext, params: UnsubscribeRequestParams) -> EmptyResult:
+    subscribers.get(str(params.uri), set()).discard(_client_connection(ctx))
+    return EmptyResult()
+
+
+# MCPServer has no resources/subscribe handler of its own (docs/mcp-sdk-notes: server-side pitfalls).
+server._lowlevel_server.add_request_handler("resources/list", PaginatedRequestParams, list_resources_in_pages)
+server._lowlevel_server.add_request_handler("resources/subscribe", SubscribeRequestParams, subscribe)
+server._lowlevel_server.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, unsubscribe)
+
+
+@server.tool(
+    title="Touch a resource",
+    description=f"Count one more touch on {COUNTER_URI} and tell its subscribers it changed.",
+    annotations=ToolAnnotations(idempotentHint=False),
+)
+async def touch_resource(ctx: Context) -> str:
+    global touches
+    touches += 1
+    await ctx.notify_resource_updated(COUNTER_URI)  # subscriptions/listen streams (2026-07-28)
+    for connection in list(subscribers.get(COUNTER_URI, ())):  # resources/subscribe (handshake era)
+        try:
+            await connection.send_resource_updated(COUNTER_URI)
+        except Exception:  # noqa: BLE001 - a subscriber that went away must not fail the tool
+            subscribers[COUNTER_URI].discard(connection)
+    return f"touched {touches} times"
+
+
+# -- prompts and completions ------------------------------------------------------------------
+
+NAMES = ["Ada", "Alan", "Alonzo", "Barbara", "Edsger", "Grace"]
+LANGUAGES = ["python", "javascript", "rust", "go", "haskell"]
+
+
+@server.prompt(title="Review code", description="Ask for a review of a piece of code.")
+def review(code: str, language: str = "python", focus: str = "readability") -> list[Message]:
+    return [
+        UserMessage(f"Please review this {language} code, focusing on {focus}:\n\n{code}"),
+        AssistantMessage(f"Happy to. I will look at the {language} code with {focus} in mind."),
+    ]
+
+
+@server.prompt(title="Say hello", description="A prompt without arguments.")
+def hello() -> str:
+    return "Say hello to the MCP Portal."
+
+
+@server.completion()
+async def complete(
+    ref: PromptReference | ResourceTemplateReference, argument: CompletionArgument, context: CompletionContext | None
+) -> Completion | None:
+    typed = argument.value.lower()
+    if isinstance(ref, ResourceTemplateReference) and ref.uri == "demo://greeting/{name}" and argument.name == "name":
+        values = [name for name in NAMES if name.lower().startswith(typed)]
+    elif isinstance(ref, PromptReference) and ref.name == "review" and argument.name == "language":
+        values = [language for language in LANGUAGES if language.startswith(typed)]
+    else:
+        return None
+    return Completion(values=values, total=len(values), has_more=False)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -21,10 +21,20 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from mcp import Client, types
+from mcp.shared.exceptions import MCPError
 
 from .config import ConnectionKey, ServerConfig
 from .errors import ConnectionFailed, Failure, diagnose, is_connection_lost
-from .results import call_result_to_dict, dump, tool_to_dict
+from .resource_subscriptions import ResourceSubscriptions, UpdateSink
+from .results import (
+    call_result_to_dict,
+    completion_to_dict,
+    dump,
+    listed,
+    prompt_to_dict,
+    resource_contents_to_dict,
+    tool_to_dict,
+)
 from .transports import HttpTrace, open_transport, read_tail
 
 log = logging.getLogger(__name__)
@@ -33,6 +43,9 @@ T = TypeVar("T")
 CLIENT_INFO = types.Implementation(name="mcp-portal", version="0.1.0")
 MAX_LIST_PAGES = 100  # a server that hands out cursors forever must not hang the worker
 ProgressSink = Callable[[float, float | None, str | None], Awaitable[None]]
+# JSON-RPC errors that are the server's answer to one request (unknown resource or prompt,
+# bad arguments, a failing handler): the connection is fine, and the server's message says why.
+SERVER_REFUSALS = frozenset({types.METHOD_NOT_FOUND, types.INVALID_PARAMS, types.INTERNAL_ERROR, -32002})
 
 
 @dataclass
@@ -71,6 +84,7 @@ class Connection:
     _errlog: Any = None
     _last_stderr: str = ""
     http: HttpTrace = field(default_factory=HttpTrace)
+    subscriptions: ResourceSubscriptions | None = None
 
     async def open(self) -> None:
         """Start the connection's task and wait, bounded by the connect timeout, for the handshake."""
@@ -122,6 +136,8 @@ class Connection:
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             self.tools = None
+        elif isinstance(message, types.ResourceUpdatedNotification) and self.subscriptions is not None:
+            await self.subscriptions.on_notification(str(message.params.uri))
 
     def diagnose(self, exc: BaseException) -> Failure:
         return diagnose(exc, self.config, self.stderr_tail(), self.http.last_error_status)
@@ -130,6 +146,11 @@ class Connection:
         if self._errlog is None or self._errlog.closed or self.config.transport != "stdio":
             return self._last_stderr
         return read_tail(self._errlog)
+
+    @property
+    def subscribed(self) -> bool:
+        """A connection that carries resource subscriptions is in use even when no call is."""
+        return bool(self.subscriptions and self.subscriptions.subscribers)
 
     def describe(self) -> dict[str, Any]:
         client = self.client
@@ -285,7 +306,7 @@ class ConnectionPool:
         idle = [
             key
             for key, conn in self._connections.items()
-            if conn.in_flight == 0 and conn.client is not None and conn.last_used < cutoff
+            if conn.in_flight == 0 and conn.client is not None and conn.last_used < cutoff and not conn.subscribed
         ]
         for key in idle:
             await self.drop(key)
@@ -379,3 +400,150 @@ class ConnectionPool:
             return info
         finally:
             await conn.close()
+
+    # -- resources, prompts, completions (each one request on the pooled connection) ------
+
+    async def _request(
+        self, key: ConnectionKey, config: ServerConfig, work: Callable[[Connection, Client], Awaitable[T]]
+    ) -> T:
+        """Run `work` on the live connection for `key`, bounded by the request timeout.
+
+        Raises ConnectionFailed with the diagnosis when connecting or the request fails;
+        a lost connection is dropped so the next request reconnects.
+        """
+        conn = await self.connection(key, config)
+        assert conn.client is not None
+        conn.in_flight += 1
+        try:
+            return await asyncio.wait_for(work(conn, conn.client), config.request_timeout)
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            if isinstance(exc, MCPError) and exc.error.code in SERVER_REFUSALS:
+                # Checked before diagnose(): on 2026 HTTP these come with HTTP 400, which is not a transport fault.
+                raise ConnectionFailed(Failure("protocol", f"MCP error {exc.error.code}: {exc.error.message}")) from exc
+            if is_connection_lost(exc):
+                await self.drop(key)
+            failure = conn.diagnose(exc)
+            if failure.kind == "timeout":
+                failure.message = f"no answer from the server within {config.request_timeout:g} s"
+            raise ConnectionFailed(failure) from exc
+        finally:
+            conn.in_flight -= 1
+            conn.last_used = time.monotonic()
+
+    @staticmethod
+    def _capabilities(client: Client) -> types.ServerCapabilities:
+        return client.server_capabilities or types.ServerCapabilities()
+
+    @staticmethod
+    async def _all_pages(fetch: Callable[[str | None], Awaitable[Any]], items: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        cursor: str | None = None
+        for _ in range(MAX_LIST_PAGES):
+            page = await fetch(cursor)
+            out.extend(listed(getattr(page, items)))
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return out
+
+    async def list_resources(self, key: ConnectionKey, config: ServerConfig) -> dict[str, Any]:
+        """Every resource and resource template (all pages), and what the server offers around them."""
+
+        async def work(conn: Connection, client: Client) -> dict[str, Any]:
+            caps = self._capabilities(client)
+            if caps.resources is None:
+                return {"offered": False, "resources": [], "templates": [], "subscribe": False, "completions": False}
+            resources = await self._all_pages(
+                lambda cursor: client.list_resources(cursor=cursor, cache_mode="bypass"), "resources"
+            )
+            templates = await self._all_pages(
+                lambda cursor: client.list_resource_templates(cursor=cursor, cache_mode="bypass"), "resource_templates"
+            )
+            return {
+                "offered": True,
+                "resources": resources,
+                "templates": templates,
+                "subscribe": bool(caps.resources.subscribe),
+                "completions": caps.completions is not None,
+            }
+
+        return await self._request(key, config, work)
+
+    async def read_resource(self, key: ConnectionKey, config: ServerConfig, uri: str) -> dict[str, Any]:
+        async def work(conn: Connection, client: Client) -> dict[str, Any]:
+            return resource_contents_to_dict(await client.read_resource(uri, cache_mode="bypass"))
+
+        return await self._request(key, config, work)
+
+    async def list_prompts(self, key: ConnectionKey, config: ServerConfig) -> dict[str, Any]:
+        async def work(conn: Connection, client: Client) -> dict[str, Any]:
+            caps = self._capabilities(client)
+            if caps.prompts is None:
+                return {"offered": False, "prompts": [], "completions": False}
+            prompts = await self._all_pages(
+                lambda cursor: client.list_prompts(cursor=cursor, cache_mode="bypass"), "prompts"
+            )
+            return {"offered": True, "prompts": prompts, "completions": caps.completions is not None}
+
+        return await self._request(key, config, work)
+
+    async def get_prompt(
+        self, key: ConnectionKey, config: ServerConfig, name: str, arguments: dict[str, str]
+    ) -> dict[str, Any]:
+        async def work(conn: Connection, client: Client) -> dict[str, Any]:
+            return prompt_to_dict(await client.get_prompt(name, arguments))
+
+        return await self._request(key, config, work)
+
+    async def complete(
+        self,
+        key: ConnectionKey,
+        config: ServerConfig,
+        target: dict[str, str],
+        argument: str,
+        value: str,
+        context: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """Suggestions for one argument of a prompt (`{"prompt": name}`) or a resource template
+        (`{"template": uri_template}`); none if the server offers no completions."""
+        ref: types.PromptReference | types.ResourceTemplateReference
+        if "prompt" in target:
+            ref = types.PromptReference(type="ref/prompt", name=target["prompt"])
+        else:
+            ref = types.ResourceTemplateReference(type="ref/resource", uri=target["template"])
+
+        async def work(conn: Connection, client: Client) -> dict[str, Any]:
+            if self._capabilities(client).completions is None:
+                return {"values": [], "total": None, "hasMore": False}
+            result = await client.complete(ref, {"name": argument, "value": value}, context_arguments=context or None)
+            return completion_to_dict(result)
+
+        return await self._request(key, config, work)
+
+    async def subscribe_resource(
+        self, key: ConnectionKey, config: ServerConfig, uri: str, sink: UpdateSink, subscriber: str = ""
+    ) -> None:
+        """Send news of `uri` to `sink` until `subscriber` unsubscribes or the connection ends ("ended")."""
+
+        async def work(conn: Connection, client: Client) -> None:
+            if conn.subscriptions is None:
+                conn.subscriptions = ResourceSubscriptions(client, sink)
+            await conn.subscriptions.add(uri, subscriber, sink, config.request_timeout)
+
+        await self._request(key, config, work)
+
+    async def unsubscribe_resource(
+        self, key: ConnectionKey, config: ServerConfig, uri: str, subscriber: str = ""
+    ) -> bool:
+        """`subscriber` leaves `uri`; never opens a connection just to say goodbye."""
+        conn = self._connections.get(key)
+        if conn is None or conn.closed or conn.subscriptions is None:
+            return False
+
+        async def work(conn: Connection, client: Client) -> bool:
+            assert conn.subscriptions is not None
+            return await conn.subscriptions.remove(uri, subscriber, config.request_timeout)
+
+        return await self._request(key, config, work)
