@@ -145,3 +145,13 @@ def test_the_django_admin_shows_the_log_read_only(rows, django_user_model):
     event = AuditEvent.objects.first()
     assert client.post(f"/admin/mcp_sessions/auditevent/{event.pk}/delete/", {"post": "yes"}).status_code == 403
     assert AuditEvent.objects.filter(pk=event.pk).exists()
+
+
+def test_rows_outlive_the_people_and_teams_they_name(rows, bob, alice):
+    team = alice.memberships.get().team
+    bob.delete()
+    team.delete()
+    kept = AuditEvent.objects.filter(username="bob").order_by("id")
+    assert kept.count() == 3
+    assert {(e.user_id, e.team_id) for e in kept} == {(None, None)}
+    assert kept[0].server_name == "demo" and kept[0].tool == "echo"
