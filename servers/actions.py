@@ -8,8 +8,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from sessions.mcp.naming import tool_full_name
+
 from . import mcp_json
-from .models import Membership, Role, Server, Team, TransportKind
+from .models import Effect, Membership, PermissionRule, Role, Server, Team, TeamPolicy, TransportKind
+from .policy import tool_fingerprint
 
 SERVER_FIELDS = (
     "name",
@@ -102,3 +105,70 @@ def do_ensure_membership(user: Any) -> Membership:
     has_admin = Membership.objects.select_for_update().filter(team=team, role=Role.ADMIN).exists()
     role = Role.ADMIN if user.is_superuser or not has_admin else Role.MEMBER
     return Membership.objects.create(team=team, user=user, role=role)
+
+
+# -- permission rules and team defaults ----------------------------------------------------
+
+
+def _audit_policy(by: Any, team: Team, rule: PermissionRule | None, outcome: str, **fields: Any) -> None:
+    from sessions import audit
+    from sessions.models import AuditKind
+
+    if rule is not None:
+        fields.setdefault("tool", rule.pattern)
+        fields.setdefault("decision", rule.effect)
+        fields.setdefault("rule", audit.describe_rule(rule.as_rule().as_dict()))
+    audit.record(AuditKind.POLICY, by, team=team, outcome=outcome, **fields)
+
+
+@transaction.atomic
+def do_add_rule(team: Team, user: Any | None, pattern: str, effect: str, by: Any) -> PermissionRule:
+    """A team rule (user None; admins only) or a user's own rule, unpinned: it applies whatever the tool says."""
+    rule, _ = PermissionRule.objects.update_or_create(
+        team=team,
+        user=user,
+        pattern=pattern,
+        effect=effect,
+        defaults={"fingerprint": "", "definition": None, "created_by": by},
+    )
+    _audit_policy(by, team, rule, "rule_saved")
+    return rule
+
+
+@transaction.atomic
+def do_delete_rule(rule: PermissionRule, by: Any) -> None:
+    _audit_policy(by, rule.team, rule, "rule_deleted")
+    rule.delete()
+
+
+@transaction.atomic
+def do_pin_rule(server: Server, tool: dict[str, Any], user: Any | None, by: Any) -> PermissionRule:
+    """Allow one tool, pinned to the definition shown: the team's (user None) or the user's own.
+
+    It is also how an approval is renewed after the server changed the tool.
+    """
+    pattern = tool_full_name(server.name, tool.get("name", ""))
+    rule, _ = PermissionRule.objects.update_or_create(
+        team_id=server.team_id,
+        user=user,
+        pattern=pattern,
+        effect=Effect.ALLOW,
+        defaults={"fingerprint": tool_fingerprint(tool), "definition": tool, "created_by": by},
+    )
+    _audit_policy(by, server.team, rule, "rule_pinned", server_id=server.pk, server_name=server.name)
+    return rule
+
+
+@transaction.atomic
+def do_set_team_defaults(team: Team, by: Any, read_only: str, destructive: str, other: str) -> TeamPolicy:
+    policy, _ = TeamPolicy.objects.update_or_create(
+        team=team, defaults={"read_only": read_only, "destructive": destructive, "other": other, "updated_by": by}
+    )
+    _audit_policy(
+        by,
+        team,
+        None,
+        "defaults_saved",
+        reason=f"read-only: {read_only}, destructive: {destructive}, other: {other}",
+    )
+    return policy

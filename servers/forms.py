@@ -12,7 +12,8 @@ from django.core.validators import URLValidator
 from sessions.mcp.naming import VALID_NAME, normalize_name
 
 from .mcp_json import MAX_BYTES as MAX_IMPORT_BYTES
-from .models import Server, Team, TransportKind
+from .models import Effect, Server, Team, TeamPolicy, TransportKind
+from .policy import is_valid_pattern
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
@@ -176,3 +177,40 @@ class ImportForm(forms.Form):
         if not data.get("config", "").strip():
             raise ValidationError("Paste a configuration or choose a file.")
         return data
+
+
+class RuleForm(forms.Form):
+    """A permission rule as a person writes it: which tools, and allow / ask / deny."""
+
+    team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None)
+    pattern = forms.CharField(
+        max_length=210,
+        help_text="mcp__<server> for every tool of a server, mcp__<server>__<tool> for one; * matches anything.",
+    )
+    effect = forms.ChoiceField(choices=Effect.choices)
+
+    def __init__(self, *args: Any, teams: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fields["team"].queryset = teams
+        if teams.count() == 1:
+            self.fields["team"].initial = teams.first()
+            self.fields["team"].widget = forms.HiddenInput()
+
+    def clean_pattern(self) -> str:
+        pattern = self.cleaned_data["pattern"].strip()
+        if not is_valid_pattern(pattern):
+            raise ValidationError(
+                "Write mcp__<server> or mcp__<server>__<tool> (letters, digits, _ and -), with * as a wildcard."
+            )
+        return pattern
+
+
+class TeamDefaultsForm(forms.ModelForm):
+    class Meta:
+        model = TeamPolicy
+        fields = ["read_only", "destructive", "other"]
+        help_texts = {
+            "read_only": "Tools whose annotations say readOnlyHint: true.",
+            "destructive": "Tools that are not read-only and say destructiveHint: true, or give no hint (MCP's default).",
+            "other": "Tools that are not read-only and say destructiveHint: false.",
+        }

@@ -10,6 +10,8 @@ from django.db import models
 from sessions.mcp.config import ServerConfig
 from sessions.mcp.naming import normalize_name
 
+from .policy import Defaults, Rule
+
 
 class Team(models.Model):
     name = models.CharField(max_length=100, unique=True)
@@ -133,3 +135,74 @@ class Server(models.Model):
 
     def is_admin(self, user: Any) -> bool:
         return Membership.objects.filter(team_id=self.team_id, user=user, role=Role.ADMIN).exists()
+
+
+class Effect(models.TextChoices):
+    ALLOW = "allow", "Allow"
+    ASK = "ask", "Ask every time"
+    DENY = "deny", "Deny"
+
+
+class PermissionRule(models.Model):
+    """allow / ask / deny for tools matching a pattern; a team's rule when `user` is empty, else that user's.
+
+    Rules made by "Always allow" carry the fingerprint and the definition of the tool
+    that was approved, and stop applying when the server changes the tool.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="permission_rules")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="permission_rules"
+    )
+    pattern = models.CharField(max_length=210, help_text="mcp__<server> or mcp__<server>__<tool>; * matches anything.")
+    effect = models.CharField(max_length=5, choices=Effect.choices)
+    fingerprint = models.CharField(max_length=64, blank=True)
+    definition = models.JSONField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["pattern", "effect"]
+        indexes = [models.Index(fields=["team", "user"])]
+
+    def __str__(self) -> str:
+        return f"{self.scope} rule {self.pattern} ({self.effect})"
+
+    @property
+    def scope(self) -> str:
+        return "user" if self.user_id else "team"
+
+    def as_rule(self) -> Rule:
+        return Rule(
+            scope="user" if self.user_id else "team",
+            pattern=self.pattern,
+            effect=self.effect,  # type: ignore[arg-type]
+            id=self.pk,
+            fingerprint=self.fingerprint,
+            definition=self.definition,
+        )
+
+
+class TeamPolicy(models.Model):
+    """What a team's tools do when no rule matches, by what their annotations say."""
+
+    team = models.OneToOneField(Team, on_delete=models.CASCADE, related_name="policy")
+    read_only = models.CharField("Read-only tools", max_length=5, choices=Effect.choices, default=Effect.ALLOW)
+    destructive = models.CharField("Destructive tools", max_length=5, choices=Effect.choices, default=Effect.ASK)
+    other = models.CharField("Other tools", max_length=5, choices=Effect.choices, default=Effect.ASK)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "team policies"
+
+    def __str__(self) -> str:
+        return f"defaults of {self.team}"
+
+    def as_defaults(self) -> Defaults:
+        return Defaults(read_only=self.read_only, destructive=self.destructive, other=self.other)  # type: ignore[arg-type]

@@ -11,4 +11,8 @@ urlpatterns = [
     path("<int:server_id>/edit/", views.server_edit, name="server_edit"),
     path("<int:server_id>/toggle/", views.server_toggle, name="server_toggle"),
     path("<int:server_id>/delete/", views.server_delete, name="server_delete"),
+    path("<int:server_id>/pin/", views.tool_pin, name="tool_pin"),
+    path("rules/", views.my_rules, name="my_rules"),
+    path("rules/<int:rule_id>/delete/", views.rule_delete, name="rule_delete"),
+    path("teams/<int:team_id>/policy/", views.team_policy, name="team_policy"),
 ]

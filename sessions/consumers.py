@@ -98,8 +98,16 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         if not isinstance(arguments, dict):
             raise MessageError("'arguments' must be a JSON object.")
         call = await database_sync_to_async(actions.do_start_tool_call)(self.user, server_id, tool, arguments)
+        # Fields the browser adds (a "decision", an approval id) are ignored: the action decides.
         await self.send_json(
-            {"type": "call.accepted", "ref": ref, "call": str(call.id), "server": call.server_id, "tool": tool}
+            {
+                "type": "call.accepted",
+                "ref": ref,
+                "call": str(call.id),
+                "server": call.server_id,
+                "tool": tool,
+                "status": call.status,
+            }
         )
         if call.finished:
             await self.send_json({"type": "call.ended", "ref": ref, **call.as_event()})
@@ -172,6 +180,19 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
             server_id, self.user.pk, target, argument, value, context, ref
         )
 
+    async def on_list_approvals(self, content: dict[str, Any], ref: Any) -> None:
+        # The playground asks on every (re)connect, so a reload never loses a waiting approval.
+        approvals = await database_sync_to_async(self._pending_approvals)()
+        await self.send_json({"type": "approvals", "ref": ref, "approvals": approvals})
+
+    async def on_answer_approval(self, content: dict[str, Any], ref: Any) -> None:
+        approval = _text(content, "approval", 64)
+        answer = _text(content, "answer", 20)
+        try:
+            await database_sync_to_async(actions.do_answer_approval)(self.user, approval, answer)
+        except actions.ApprovalError as exc:
+            raise MessageError(str(exc)) from None
+
     handlers = {
         "call": on_call,
         "list_tools": on_list_tools,
@@ -183,7 +204,12 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         "list_prompts": on_list_prompts,
         "get_prompt": on_get_prompt,
         "complete": on_complete,
+        "list_approvals": on_list_approvals,
+        "answer_approval": on_answer_approval,
     }
+
+    def _pending_approvals(self) -> list[dict[str, Any]]:
+        return [approval.as_event() for approval in actions.do_list_pending_approvals(self.user)]
 
     @database_sync_to_async
     def _can_see(self, server_id: int) -> bool:

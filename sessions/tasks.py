@@ -1,14 +1,22 @@
-"""Celery tasks: each takes ids and hands over to one function in worker.py."""
+"""Celery tasks: each takes ids and hands over to one function in worker.py or one action."""
 
 from celery import shared_task
 from celery.signals import worker_init, worker_process_shutdown, worker_shutdown
 
-from . import worker
+from . import actions, worker
 
 
 @shared_task(name="sessions.run_tool_call")
 def run_tool_call(call_id: str) -> None:
     worker.execute_tool_call(call_id)
+
+
+@shared_task(name="sessions.expire_approval")
+def expire_approval(approval_id: str) -> None:
+    # Countdowns can fire a little early; check again when the approval is really due.
+    left = actions.do_expire_approval(approval_id)
+    if left is not None:
+        expire_approval.apply_async((approval_id,), countdown=left)
 
 
 @shared_task(name="sessions.list_tools")

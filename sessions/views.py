@@ -2,20 +2,25 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import date, datetime, time, timedelta
 from typing import Any
 
 from django.contrib.auth.decorators import login_required
-from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
+from django.utils.http import urlencode
 
-from servers.models import Server
+from servers.models import Role, Server, Team
+from servers.permissions import describe_tools
 
-from .models import CallStatus, ToolCall
+from . import audit
+from .models import AuditEvent, AuditKind, CallStatus, ToolCall
 
 LIST_LIMIT = 200
 EXPORT_LIMIT = 5000
+AUDIT_PAGE_ROWS = 200
 
 
 @login_required
@@ -28,9 +33,10 @@ def playground(request: HttpRequest) -> HttpResponse:
             "team": s.team.name,
             "prefix": s.prefix,
             "tools": s.tools,
+            "described": describe_tools(s, request.user.pk),
             "transport": s.transport,
         }
-        for s in servers
+        for s in servers.select_related("team__policy")
     ]
     selected: dict[str, Any] = {"server": request.GET.get("server", ""), "tool": request.GET.get("tool", "")}
     # "Re-run" from the history: the same server, tool and arguments, ready to edit. Only one's own calls.
@@ -141,3 +147,73 @@ def _download(body: Any, filename: str) -> HttpResponse:
     response = JsonResponse(body, safe=False, json_dumps_params={"indent": 2})
     response["Content-Disposition"] = f'attachment; filename="{filename}"'
     return response
+
+
+# -- the audit log ---------------------------------------------------------------------------
+
+
+def _visible_events(user: Any) -> QuerySet[AuditEvent]:
+    """Team admins see their teams' rows; everyone sees their own."""
+    admin_teams = Team.objects.filter(memberships__user=user, memberships__role=Role.ADMIN)
+    return AuditEvent.objects.filter(Q(user=user) | Q(team__in=admin_teams)).select_related("team")
+
+
+def _day(text: str) -> date | None:
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def _filtered(request: HttpRequest) -> tuple[QuerySet[AuditEvent], dict[str, str]]:
+    params = {
+        name: request.GET.get(name, "").strip()
+        for name in ("user", "server", "tool", "outcome", "kind", "since", "until")
+    }
+    events = _visible_events(request.user)
+    if params["user"]:
+        events = events.filter(username=params["user"])
+    if params["server"]:
+        events = events.filter(server_name=params["server"])
+    if params["tool"]:
+        events = events.filter(tool=params["tool"])
+    if params["outcome"]:
+        events = events.filter(outcome=params["outcome"])
+    if params["kind"]:
+        events = events.filter(kind=params["kind"])
+    zone = timezone.get_current_timezone()
+    if since := _day(params["since"]):
+        events = events.filter(at__gte=datetime.combine(since, time.min, zone))
+    if until := _day(params["until"]):
+        events = events.filter(at__lt=datetime.combine(until + timedelta(days=1), time.min, zone))
+    return events, params
+
+
+@login_required
+def audit_log(request: HttpRequest) -> HttpResponse:
+    events, params = _filtered(request)
+    export = request.GET.get("format")
+    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+    if export == "csv":
+        response = StreamingHttpResponse(audit.csv_lines(events.iterator(chunk_size=500)), content_type="text/csv")
+        response["Content-Disposition"] = f'attachment; filename="audit-{stamp}.csv"'
+        return response
+    if export == "json":
+        response = JsonResponse({"events": [audit.as_row(e) for e in events.iterator(chunk_size=500)]})
+        response["Content-Disposition"] = f'attachment; filename="audit-{stamp}.json"'
+        return response
+    is_admin = Team.objects.filter(memberships__user=request.user, memberships__role=Role.ADMIN).exists()
+    query = urlencode({name: value for name, value in params.items() if value})
+    return render(
+        request,
+        "sessions/audit.html",
+        {
+            "events": events[:AUDIT_PAGE_ROWS],
+            "limit": AUDIT_PAGE_ROWS,
+            "params": params,
+            "query": query,
+            "is_admin": is_admin,
+            "kinds": AuditKind.choices,
+            "outcomes": [*CallStatus.values, "rule_saved", "rule_pinned", "rule_deleted", "defaults_saved"],
+        },
+    )

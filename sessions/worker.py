@@ -23,6 +23,7 @@ from django.core.cache import cache
 
 from servers import actions as server_actions
 from servers.models import Server
+from servers.permissions import describe_tools
 
 from . import actions
 from .mcp.config import ConnectionKey, ServerConfig
@@ -83,13 +84,16 @@ def publish(user_id: int, event: dict[str, Any]) -> None:
 
 
 def execute_tool_call(call_id: str) -> None:
-    """Run one recorded call to its end. Whatever happens, the record ends with a status."""
+    """Run one recorded call to its end. Whatever happens, the record ends with a status,
+    unless the call now waits for a person: then their answer, or its timeout, ends it."""
     if not actions.do_claim_tool_call(call_id, WORKER_NAME):
         return
-    call = ToolCall.objects.select_related("server").get(pk=call_id)
+    call = ToolCall.objects.select_related("server__team__policy", "user").get(pk=call_id)
     progress: list[dict[str, Any]] = []  # kept on the record, for the history page
     try:
         outcome = _run_call(call, progress)
+        if outcome is None:
+            return
         finished = actions.do_finish_tool_call(
             call_id,
             outcome.status,
@@ -98,6 +102,7 @@ def execute_tool_call(call_id: str) -> None:
             error_kind=outcome.failure.kind if outcome.failure else "",
             details={**_details(outcome), **({"progress": progress} if progress else {})},
             duration_ms=outcome.duration_ms,
+            decision=call.decision,
         )
     except Exception as exc:  # noqa: BLE001 - the record must end, whatever broke
         log.exception("tool call %s failed inside the worker", call_id)
@@ -122,7 +127,15 @@ def _details(outcome: CallOutcome) -> dict[str, Any]:
 MAX_RECORDED_PROGRESS = 200
 
 
-def _run_call(call: ToolCall, progress: list[dict[str, Any]] | None = None) -> CallOutcome:
+def _run_call(call: ToolCall, progress: list[dict[str, Any]] | None = None) -> CallOutcome | None:
+    """List the live tools, check the permission on the live definition, then call.
+
+    Returns None when the call was handed to a person for approval instead.
+    """
+    if not call.decision:
+        # Only do_start_tool_call records a decision: anything else that queued a call is refused.
+        reason = "The call has no permission decision: it did not come through the portal's check."
+        return CallOutcome(CallStatus.REJECTED, failure=Failure("unchecked", reason))
     server = call.server
     if server is None or not server.enabled:
         reason = "The server was deleted." if server is None else f"{server.name} is disabled."
@@ -131,6 +144,7 @@ def _run_call(call: ToolCall, progress: list[dict[str, Any]] | None = None) -> C
     key = connection_key(server, config, call.user_id)
     pool = get_pool()
     call_id, user_id = str(call.id), call.user_id
+    backstop = config.connect_timeout + config.request_timeout + 30
 
     started = time.monotonic()
 
@@ -143,26 +157,36 @@ def _run_call(call: ToolCall, progress: list[dict[str, Any]] | None = None) -> C
             {"type": "call.progress", "call": call_id, "progress": value, "total": total, "message": message},
         )
 
-    async def run() -> CallOutcome:
+    async def listed() -> list[dict[str, Any]]:
         await _publish(user_id, {"type": "call.started", "call": call_id, "worker": WORKER_NAME})
-        try:
-            tools = await pool.list_tools(key, config)
-        except ConnectionFailed as exc:
-            return CallOutcome(CallStatus.FAILED, failure=exc.failure)
-        tool = next((t for t in tools if t.get("name") == call.tool), None)
-        if tool is None:
-            return CallOutcome(
-                CallStatus.REJECTED, failure=Failure("unknown_tool", f"{server.name} has no tool named {call.tool!r}.")
-            )
-        errors = validate_arguments(tool.get("inputSchema"), call.arguments)
-        if errors:
-            failure = Failure("invalid_arguments", "The arguments do not match the tool's schema.")
-            return CallOutcome(CallStatus.REJECTED, failure=failure, errors=errors)
-        return await pool.call_tool(key, config, call.tool, call.arguments, on_progress=on_progress)
+        return await pool.list_tools(key, config)
 
-    backstop = config.connect_timeout + config.request_timeout + 30
     try:
-        return pool.run(run(), timeout=backstop)
+        tools = pool.run(listed(), timeout=backstop)
+    except ConnectionFailed as exc:
+        return CallOutcome(CallStatus.FAILED, failure=exc.failure)
+    except concurrent.futures.TimeoutError:
+        return CallOutcome(CallStatus.TIMED_OUT, failure=Failure("timeout", f"the worker gave up after {backstop:g} s"))
+    if tools != server.tools:
+        # The pages and the next call's first decision read this list; keep it current.
+        server_actions.do_record_tools(server.pk, tools)
+    tool = next((t for t in tools if t.get("name") == call.tool), None)
+    if tool is None:
+        return CallOutcome(
+            CallStatus.REJECTED, failure=Failure("unknown_tool", f"{server.name} has no tool named {call.tool!r}.")
+        )
+    errors = validate_arguments(tool.get("inputSchema"), call.arguments)
+    if errors:
+        failure = Failure("invalid_arguments", "The arguments do not match the tool's schema.")
+        return CallOutcome(CallStatus.REJECTED, failure=failure, errors=errors)
+    gate = actions.do_check_tool_call(call, tool)
+    call.decision = gate.decision
+    if gate.waiting:
+        return None
+    if not gate.run:
+        return CallOutcome(CallStatus.REJECTED, failure=Failure(gate.kind, gate.reason))
+    try:
+        return pool.run(pool.call_tool(key, config, call.tool, call.arguments, on_progress=on_progress), backstop)
     except concurrent.futures.TimeoutError:
         return CallOutcome(CallStatus.TIMED_OUT, failure=Failure("timeout", f"the worker gave up after {backstop:g} s"))
 
@@ -171,7 +195,7 @@ def _run_call(call: ToolCall, progress: list[dict[str, Any]] | None = None) -> C
 
 
 def execute_list_tools(server_id: int, user_id: int, refresh: bool) -> None:
-    server = Server.objects.filter(pk=server_id).first()
+    server = Server.objects.select_related("team__policy").filter(pk=server_id).first()
     if server is None:
         publish(
             user_id,
@@ -189,7 +213,8 @@ def execute_list_tools(server_id: int, user_id: int, refresh: bool) -> None:
         publish(user_id, {"type": "tools", "server": server_id, "error": exc.failure.as_dict()})
         return
     server_actions.do_record_tools(server_id, tools)
-    publish(user_id, {"type": "tools", "server": server_id, "tools": tools})
+    described = describe_tools(server, user_id, tools)
+    publish(user_id, {"type": "tools", "server": server_id, "tools": tools, "described": described})
 
 
 def execute_test_connection(server_id: int, user_id: int) -> None:

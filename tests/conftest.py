@@ -57,6 +57,23 @@ def stop(process: subprocess.Popen) -> None:
         process.wait(5)
 
 
+@pytest.fixture(autouse=True)
+def _a_channel_layer_per_test() -> Iterator[None]:
+    """Distributed mode: a fresh channels_redis layer for each test.
+
+    Each WebSocket scenario runs in a new event loop (asyncio.run), but channels_redis keeps
+    per-channel asyncio locks on the layer instance; a waiter cancelled at a disconnect can
+    leave one bound to a closed loop, and the next test's consumer then dies with "bound to a
+    different event loop". One loop per process, as in Daphne, never meets this. The embedded
+    layer is shared with the in-process worker, so it is left alone.
+    """
+    if not settings.EMBEDDED:
+        from channels.layers import channel_layers
+
+        channel_layers.backends.clear()
+    yield
+
+
 # -- real MCP servers -----------------------------------------------------------------------
 
 DEMO_COMMAND = sys.executable

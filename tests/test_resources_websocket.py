@@ -115,7 +115,8 @@ def test_a_subscription_brings_live_updates_until_unsubscribed(alice, demo_serve
                 {"type": "subscribe_resource", "ref": "s1", "server": demo_server.pk, "uri": "demo://counter"}
             )
             subscribed = await ws.until("resource.subscribed", ref="s1")
-            touched = await ws.call(demo_server.pk, "touch_resource")
+            # touch_resource changes state (no read-only hint), so the default policy asks first.
+            touched = await ws.call(demo_server.pk, "touch_resource", approve="allow_once")
             # The update may arrive before the call's end, which ws.call reads past.
             early = [e for e in ws.seen if e["type"] == "resource.updated"]
             updated = early[0] if early else await ws.until("resource.updated", uri="demo://counter")

@@ -128,7 +128,9 @@ def test_a_server_that_crashes_mid_call_fails_the_call_and_the_next_call_reconne
 
     async def scenario():
         async with Playground(cookie) as ws:
-            return await ws.call(demo_server.pk, "crash"), await ws.call(demo_server.pk, "echo", {"message": "back"})
+            # crash is destructive: the default policy asks first.
+            crashed = await ws.call(demo_server.pk, "crash", approve="allow_once")
+            return crashed, await ws.call(demo_server.pk, "echo", {"message": "back"})
 
     crashed, after = run(scenario())
     assert crashed["status"] == "failed" and crashed["error_kind"] == "process_exited"

@@ -44,7 +44,7 @@ server = MCPServer(
     name="portal-demo",
     version="1.0.0",
     instructions=(
-        "A demo server for the MCP Portal playground: echo, add, progress, an image, a form, a sleep; "
+        "A demo server for the MCP Portal playground: echo, add, progress, an image, a form, a sleep, a note; "
         "resources (text, JSON, an image, bytes, a greeting template, a counter to subscribe to) and prompts."
     ),
 )
@@ -150,6 +150,22 @@ async def sleep(seconds: Annotated[float, Field(ge=0, le=3600)] = 5) -> str:
 )
 def fail(reason: str = "it failed on purpose") -> str:
     raise ToolError(reason)
+
+
+# The description can be set from outside, so a test (or a curious admin) can change the
+# tool's definition between two calls and watch earlier approvals stop applying.
+NOTE_DESCRIPTION = os.environ.get("DEMO_NOTE_DESCRIPTION") or "Save a short note; notes live until the server stops."
+_notes: list[str] = []
+
+
+@server.tool(
+    title="Write a note",
+    description=NOTE_DESCRIPTION,
+    annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False),
+)
+def write_note(text: str) -> str:
+    _notes.append(text)
+    return f"saved note {len(_notes)}: {text}"
 
 
 @server.tool(
