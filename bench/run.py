@@ -20,6 +20,7 @@ import asyncio
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -38,6 +39,7 @@ from bench.stack import (
     ROOT,
     DemoHttpServer,
     Portal,
+    cpu_seconds,
     peak_rss_mb,
     reset_peak_rss,
     rss_mb,
@@ -46,6 +48,7 @@ from bench.stack import (
 from bench.stats import fmt, summary_ms, table
 
 MB = 1024 * 1024
+PHASES = ("latency", "cold", "large", "throughput", "memory")
 CALL_TIMEOUT = 60.0
 
 
@@ -102,8 +105,15 @@ async def portal_latency(portal: Portal, session: str, plan: Plan) -> dict[str, 
             for index in range(plan.warmup):
                 await _echo(ws, server, f"warm {index}")
             opened = portal.connections_opened()
+            # CPU the portal's own processes spend per call: on a machine shared with other work,
+            # a steadier measure of what a change saves than wall-clock latency.
+            cpu = cpu_seconds(portal.pids)
             samples = [await _echo(ws, server, f"hello {index}") for index in range(plan.calls)]
-            out[transport] = {**summary_ms(samples), "handshakes": portal.connections_opened() - opened}
+            out[transport] = {
+                **summary_ms(samples),
+                "portal_cpu_ms_per_call": round((cpu_seconds(portal.pids) - cpu) * 1000 / plan.calls, 3),
+                "handshakes": portal.connections_opened() - opened,
+            }
     return out
 
 
@@ -167,16 +177,19 @@ async def portal_throughput(portal: Portal, sessions: list[str], seconds: float)
     server = portal.fixtures["servers"]["http"]
     users = len(sessions)
     sockets = [Playground(portal.base_url, s) for s in sessions]
-    await asyncio.gather(*(ws.__aenter__() for ws in sockets))
+    entered = await asyncio.gather(*(ws.__aenter__() for ws in sockets), return_exceptions=True)
+    # A user who cannot even open the WebSocket is an error of this level, not a crash of the bench.
+    errors: list[str] = [f"connect: {type(r).__name__}: {r}" for r in entered if isinstance(r, BaseException)]
+    sockets = [ws for ws, r in zip(sockets, entered, strict=True) if not isinstance(r, BaseException)]
     try:
         # Warm every (server, user) connection in every worker, so the window measures warm calls.
-        expected = users * max(1, len(portal.workers))
+        expected = len(sockets) * max(1, len(portal.workers))
         for _ in range(30):
-            await asyncio.gather(*(_echo(ws, server, "warm") for ws in sockets))
+            warm = await asyncio.gather(*(_echo(ws, server, "warm") for ws in sockets), return_exceptions=True)
+            errors += [f"warm-up: {type(r).__name__}: {r}" for r in warm if isinstance(r, BaseException)]
             if _opened_for(portal, "echo-http") >= expected:
                 break
         samples: list[float] = []
-        errors: list[str] = []
         stop = asyncio.Event()
 
         async def loop(ws: Playground) -> None:
@@ -192,17 +205,20 @@ async def portal_throughput(portal: Portal, sessions: list[str], seconds: float)
                 samples.append(time.perf_counter() - started)
 
         opened = portal.connections_opened()
+        cpu = cpu_seconds(portal.pids)
         began = time.perf_counter()
         tasks = [asyncio.create_task(loop(ws)) for ws in sockets]
         await asyncio.sleep(seconds)
         done = len(samples)
         elapsed = time.perf_counter() - began
+        cpu = cpu_seconds(portal.pids) - cpu
         stop.set()
         await asyncio.gather(*tasks)
         return {
             "users": users,
             "calls_per_s": round(done / elapsed, 1),
             **{k: v for k, v in summary_ms(samples[:done]).items() if k in ("p50", "p95", "p99")},
+            "portal_cpu_ms_per_call": round(cpu * 1000 / done, 3) if done else None,
             "errors": len(errors),
             "error_examples": sorted(set(errors))[:3],
             "handshakes": portal.connections_opened() - opened,
@@ -219,27 +235,32 @@ def _opened_for(portal: Portal, server_name: str) -> int:
     return total
 
 
-async def measure_portal(mode: str, plan: Plan, http_url: str, large: bool) -> dict[str, Any]:
+async def measure_portal(mode: str, plan: Plan, http_url: str, phases: set[str]) -> dict[str, Any]:
     log(f"{mode}: starting the portal")
-    portal = start_portal(mode, plan.accounts, http_url)
+    accounts = plan.accounts if "throughput" in phases else 1 + plan.cold_users
+    portal = start_portal(mode, accounts, http_url)
     try:
-        sessions = await _login_all(portal, plan.accounts)
+        sessions = await _login_all(portal, accounts)
         log(f"{mode}: {len(sessions)} accounts logged in through the login form")
-        result: dict[str, Any] = {}
-        log(f"{mode}: latency, {plan.calls} calls per transport")
-        result["latency"] = await portal_latency(portal, sessions[0], plan)
-        if large:
+        result: dict[str, Any] = {"latency": {}, "throughput": {}}
+        if "latency" in phases:
+            log(f"{mode}: latency, {plan.calls} calls per transport")
+            result["latency"] = await portal_latency(portal, sessions[0], plan)
+        # Cold start and large output are the same code in both modes: measured once, embedded.
+        if "cold" in phases and mode == "embedded":
             log(f"{mode}: cold start")
             result["cold_start"] = await portal_cold_start(portal, sessions[1 : 1 + plan.cold_users])
+        if "large" in phases and mode == "embedded":
             log(f"{mode}: large output")
             result["large_output"] = await portal_large(portal, sessions[0], plan)
-        result["throughput"] = {}
         first = 1 + plan.cold_users
-        for level in plan.levels:
+        for level in plan.levels if "throughput" in phases else ():
             log(f"{mode}: throughput with {level} users for {plan.seconds:g} s")
             result["throughput"][str(level)] = await portal_throughput(
                 portal, sessions[first : first + level], plan.seconds
             )
+            if result["throughput"][str(level)]["errors"]:
+                log(f"{mode}: errors with {level} users: {result['throughput'][str(level)]['error_examples']}")
         result["handshakes_during_warm_calls"] = sum(v["handshakes"] for v in result["latency"].values()) + sum(
             v["handshakes"] for v in result["throughput"].values()
         )
@@ -255,17 +276,15 @@ async def measure_portal(mode: str, plan: Plan, http_url: str, large: bool) -> d
 # -- the direct path and memory ------------------------------------------------------------
 
 
-async def measure_direct(plan: Plan, http_url: str, modes: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for transport in ("stdio", "http"):
+async def measure_direct(plan: Plan, http_url: str, phases: set[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {"large_output": [], "throughput": {}}
+    for transport in ("stdio", "http") if "latency" in phases else ():
         log(f"direct: latency over {transport}")
         out[transport] = summary_ms(await direct.latency(transport, http_url, plan.calls, plan.warmup))
-    out["large_output"] = []
-    for size in plan.large_sizes:
+    for size in plan.large_sizes if "large" in phases else ():
         elapsed, received = await direct.large("stdio", http_url, size)
         out["large_output"].append({"size_bytes": size, "direct_ms": round(elapsed * 1000, 1), "received": received})
-    out["throughput"] = {}
-    for level in plan.levels:
+    for level in plan.levels if "throughput" in phases else ():
         log(f"direct: throughput with {level} sessions")
         run = await direct.throughput(http_url, level, plan.seconds)
         out["throughput"][str(level)] = {
@@ -326,43 +345,68 @@ def machine() -> dict[str, Any]:
     }
 
 
+def dig(data: Any, *path: str | int) -> Any:
+    """data[path[0]][path[1]]…, or None where a phase was skipped or failed."""
+    for step in path:
+        try:
+            data = data[step]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return data
+
+
+def minus(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else round(a - b, 3)
+
+
 def headline(report: dict[str, Any]) -> dict[str, Any]:
     """The keys make and CI read; each is named in docs/performance.md."""
-    d, e = report["direct"], report["embedded"]
-    dist = report.get("distributed")
-    tp = (dist or e)["throughput"]
-    level50 = tp.get("50") or next(iter(tp.values()))
-    memory = report["memory"]
-    stdio_mem, http_mem = memory["stdio"][-1], memory["http"][-1]
+    dist = "distributed" if dig(report, "distributed", "throughput") else "embedded"
+    level50 = dig(report, dist, "throughput", "50") or {}
+    stdio_worker = dig(report, "memory", "stdio", -1, "worker_mb_per_connection")
+    stdio_child = dig(report, "memory", "stdio", -1, "child_rss_mb_per_connection")
+    direct_p50 = dig(report, "direct", "stdio", "p50")
+    portal_p50 = dig(report, "embedded", "latency", "stdio", "p50")
     keys = {
-        "direct_p50_ms": d["stdio"]["p50"],
-        "portal_p50_ms": e["latency"]["stdio"]["p50"],
-        "overhead_p50_ms": round(e["latency"]["stdio"]["p50"] - d["stdio"]["p50"], 3),
-        "overhead_p99_ms": round(e["latency"]["stdio"]["p99"] - d["stdio"]["p99"], 3),
-        "overhead_ratio_p50": round(e["latency"]["stdio"]["p50"] / d["stdio"]["p50"], 2),
-        "direct_http_p50_ms": d["http"]["p50"],
-        "portal_http_p50_ms": e["latency"]["http"]["p50"],
-        "overhead_http_p50_ms": round(e["latency"]["http"]["p50"] - d["http"]["p50"], 3),
-        "overhead_http_p99_ms": round(e["latency"]["http"]["p99"] - d["http"]["p99"], 3),
-        "calls_per_s_50_users": level50["calls_per_s"],
-        "errors_50_users": level50["errors"],
-        "throughput_mode": "distributed" if dist else "embedded",
-        "cold_start_ms": e["cold_start"]["stdio"]["cold"]["p50"],
-        "cold_start_http_ms": e["cold_start"]["http"]["cold"]["p50"],
-        "rss_per_stdio_connection_mb": round(
-            stdio_mem["worker_mb_per_connection"] + stdio_mem["child_rss_mb_per_connection"], 2
+        "direct_p50_ms": direct_p50,
+        "portal_p50_ms": portal_p50,
+        "overhead_p50_ms": minus(portal_p50, direct_p50),
+        "overhead_p99_ms": minus(
+            dig(report, "embedded", "latency", "stdio", "p99"), dig(report, "direct", "stdio", "p99")
         ),
-        "rss_per_stdio_connection_worker_mb": stdio_mem["worker_mb_per_connection"],
-        "rss_per_stdio_connection_child_mb": stdio_mem["child_rss_mb_per_connection"],
-        "rss_per_http_connection_mb": http_mem["worker_mb_per_connection"],
-        "handshakes_during_warm_calls": e["handshakes_during_warm_calls"]
-        + (dist["handshakes_during_warm_calls"] if dist else 0),
+        "overhead_ratio_p50": round(portal_p50 / direct_p50, 2) if portal_p50 and direct_p50 else None,
+        "direct_http_p50_ms": dig(report, "direct", "http", "p50"),
+        "portal_http_p50_ms": dig(report, "embedded", "latency", "http", "p50"),
+        "overhead_http_p50_ms": minus(
+            dig(report, "embedded", "latency", "http", "p50"), dig(report, "direct", "http", "p50")
+        ),
+        "overhead_http_p99_ms": minus(
+            dig(report, "embedded", "latency", "http", "p99"), dig(report, "direct", "http", "p99")
+        ),
+        "calls_per_s_50_users": level50.get("calls_per_s"),
+        "errors_50_users": level50.get("errors"),
+        "throughput_mode": dist,
+        "cold_start_ms": dig(report, "embedded", "cold_start", "stdio", "cold", "p50"),
+        "cold_start_http_ms": dig(report, "embedded", "cold_start", "http", "cold", "p50"),
+        "warm_after_cold_ms": dig(report, "embedded", "cold_start", "stdio", "warm", "p50"),
+        "rss_per_stdio_connection_mb": round(stdio_worker + stdio_child, 2)
+        if stdio_worker is not None and stdio_child is not None
+        else None,
+        "rss_per_stdio_connection_worker_mb": stdio_worker,
+        "rss_per_stdio_connection_child_mb": stdio_child,
+        "rss_per_http_connection_mb": dig(report, "memory", "http", -1, "worker_mb_per_connection"),
+        "handshakes_during_warm_calls": sum(
+            dig(report, mode, "handshakes_during_warm_calls") or 0 for mode in ("embedded", "distributed")
+        ),
     }
-    if dist:
-        keys["distributed_portal_p50_ms"] = dist["latency"]["stdio"]["p50"]
-        keys["distributed_overhead_p50_ms"] = round(dist["latency"]["stdio"]["p50"] - d["stdio"]["p50"], 3)
-        keys["distributed_overhead_p99_ms"] = round(dist["latency"]["stdio"]["p99"] - d["stdio"]["p99"], 3)
-    for row in e["large_output"]:
+    if dig(report, "distributed", "latency"):
+        dist_p50 = dig(report, "distributed", "latency", "stdio", "p50")
+        keys["distributed_portal_p50_ms"] = dist_p50
+        keys["distributed_overhead_p50_ms"] = minus(dist_p50, direct_p50)
+        keys["distributed_overhead_p99_ms"] = minus(
+            dig(report, "distributed", "latency", "stdio", "p99"), dig(report, "direct", "stdio", "p99")
+        )
+    for row in dig(report, "embedded", "large_output") or []:
         label = f"{row['size_bytes'] // MB}mb" if row["size_bytes"] >= MB else f"{row['size_bytes']}b"
         keys[f"large_{label}_ms"] = row["portal_ms"]
         keys[f"large_{label}_peak_mb"] = row["worker_peak_extra_mb"]
@@ -372,13 +416,13 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
 
 def markdown(report: dict[str, Any]) -> str:
     d = report["direct"]
-    parts = ["### Latency of echo, warm (ms)", ""]
+    parts = []
     rows = []
     for mode in ("embedded", "distributed"):
-        if mode not in report:
-            continue
         for transport in ("stdio", "http"):
-            p, base = report[mode]["latency"][transport], d[transport]
+            p, base = dig(report, mode, "latency", transport), d.get(transport)
+            if not p or not base:
+                continue
             rows.append(
                 [
                     mode,
@@ -387,66 +431,82 @@ def markdown(report: dict[str, Any]) -> str:
                     p["p50"],
                     p["p95"],
                     p["p99"],
-                    round(p["p50"] - base["p50"], 2),
-                    round(p["p99"] - base["p99"], 2),
+                    minus(p["p50"], base["p50"]),
+                    minus(p["p99"], base["p99"]),
                     f"{p['p50'] / base['p50']:.1f}×",
+                    p.get("portal_cpu_ms_per_call"),
                     p["n"],
                 ]
             )
-    header = ["mode", "transport", "direct p50", "portal p50", "p95", "p99", "overhead p50", "overhead p99"]
-    parts.append(table([*header, "ratio p50", "calls"], rows))
-    parts += ["", "### Throughput, echo over Streamable HTTP, one WebSocket per account", ""]
+    if rows:
+        header = ["mode", "transport", "direct p50", "portal p50", "p95", "p99", "overhead p50", "overhead p99"]
+        header += ["ratio p50", "portal CPU per call", "calls"]
+        parts += ["### Latency of echo, warm (ms)", "", table(header, rows), ""]
     rows = []
-    for level, run in d["throughput"].items():
-        rows.append(["direct SDK", level, run["calls_per_s"], run["p50"], run["p99"], run["errors"], "–"])
+    for level, run in d.get("throughput", {}).items():
+        rows.append(["direct SDK", level, run["calls_per_s"], run["p50"], run["p99"], run["errors"], "–", "–"])
     for mode in ("embedded", "distributed"):
-        for level, run in report.get(mode, {}).get("throughput", {}).items():
-            rows.append([mode, level, run["calls_per_s"], run["p50"], run["p99"], run["errors"], run["handshakes"]])
-    parts.append(table(["path", "users", "calls/s", "p50 ms", "p99 ms", "errors", "handshakes"], rows))
-    e = report["embedded"]
-    parts += ["", "### Cold start (embedded): first call of a new (server, user) vs the next (ms)", ""]
-    rows = [
-        [t, v["cold"]["p50"], v["cold"]["max"], v["warm"]["p50"], v["cold"]["n"]] for t, v in e["cold_start"].items()
-    ]
-    parts.append(table(["transport", "first call p50", "first call max", "next call p50", "users"], rows))
-    parts += ["", "### Memory per idle pooled connection (MB)", ""]
-    rows = []
-    for transport, runs in report["memory"].items():
-        for run in runs:
+        for level, run in (dig(report, mode, "throughput") or {}).items():
             rows.append(
                 [
-                    transport,
-                    run["connections"],
-                    run["worker_mb_per_connection"],
-                    run["child_rss_mb_per_connection"] if transport == "stdio" else "–",
-                    run["child_pss_mb_per_connection"] if transport == "stdio" else "–",
+                    mode,
+                    level,
+                    run["calls_per_s"],
+                    run["p50"],
+                    run["p99"],
+                    run["errors"],
+                    run["handshakes"],
+                    run.get("portal_cpu_ms_per_call"),
                 ]
             )
-    parts.append(table(["transport", "connections", "worker RSS", "child RSS", "child PSS"], rows))
-    parts += ["", "### Large output (stdio, embedded)", ""]
-    direct_ms = {row["size_bytes"]: row["direct_ms"] for row in d["large_output"]}
-    rows = [
-        [
-            f"{row['size_bytes'] / MB:g} MB",
-            direct_ms.get(row["size_bytes"]),
-            row["portal_ms"],
-            row["worker_peak_extra_mb"],
-            row["outcome"],
-            row["truncated"],
-            row["truncation_ms"],
+    if rows:
+        parts += ["### Throughput, echo over Streamable HTTP, one WebSocket per account", ""]
+        header = ["path", "users", "calls/s", "p50 ms", "p99 ms", "errors", "handshakes", "portal CPU ms/call"]
+        parts += [table(header, rows), ""]
+    cold = dig(report, "embedded", "cold_start")
+    if cold:
+        rows = [[t, v["cold"]["p50"], v["cold"]["max"], v["warm"]["p50"], v["cold"]["n"]] for t, v in cold.items()]
+        parts += ["### Cold start (embedded): first call of a new (server, user) vs the next (ms)", ""]
+        parts += [table(["transport", "first call p50", "first call max", "next call p50", "users"], rows), ""]
+    if report.get("memory"):
+        rows = []
+        for transport, runs in report["memory"].items():
+            for run in runs:
+                local = transport == "stdio"
+                rows.append(
+                    [
+                        transport,
+                        run["connections"],
+                        run["worker_mb_per_connection"],
+                        run["child_rss_mb_per_connection"] if local else "–",
+                        run["child_pss_mb_per_connection"] if local else "–",
+                    ]
+                )
+        parts += ["### Memory per idle pooled connection (MB)", ""]
+        parts += [table(["transport", "connections", "worker RSS", "child RSS", "child PSS"], rows), ""]
+    large = dig(report, "embedded", "large_output")
+    if large:
+        direct_ms = {row["size_bytes"]: row["direct_ms"] for row in d.get("large_output", [])}
+        rows = [
+            [
+                f"{row['size_bytes'] / MB:g} MB",
+                direct_ms.get(row["size_bytes"]),
+                row["portal_ms"],
+                row["worker_peak_extra_mb"],
+                row["outcome"],
+                row["truncated"],
+                row["truncation_ms"],
+            ]
+            for row in large
         ]
-        for row in e["large_output"]
-    ]
-    parts.append(
-        table(["result", "direct ms", "portal ms", "portal peak +MB", "outcome", "truncated", "truncation ms"], rows)
-    )
+        header = ["result", "direct ms", "portal ms", "portal peak +MB", "outcome", "truncated", "truncation ms"]
+        parts += ["### Large output (stdio, embedded)", "", table(header, rows), ""]
     h = report["headline"]
     verdict = "PASS" if h["warm_calls_handshake_free"] else "FAIL"
-    parts += [
-        "",
+    parts.append(
         f"Warm calls never handshake again: **{verdict}** ({h['handshakes_during_warm_calls']} connection opens "
-        "during the timed windows).",
-    ]
+        "during the timed windows)."
+    )
     return "\n".join(parts)
 
 
@@ -468,17 +528,31 @@ def distributed_stores_missing() -> str | None:
 
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     plan = QUICK if args.quick else FULL
+    if args.calls:
+        plan.calls = args.calls
+    if args.levels:
+        plan.levels = tuple(int(level) for level in args.levels.split(","))
+    if args.seconds:
+        plan.seconds = args.seconds
     modes = [m for m in args.modes.split(",") if m]
+    phases = set(args.phases.split(","))
     if "distributed" in modes and (why := distributed_stores_missing()):
         log(f"skipping the distributed mode: {why}; start them as .ci/run does")
         modes.remove("distributed")
     report: dict[str, Any] = {"machine": machine(), "quick": args.quick, "plan": plan.__dict__}
     demo = DemoHttpServer()
     try:
-        report["direct"] = await measure_direct(plan, demo.url, modes)
+        report["direct"] = await measure_direct(plan, demo.url, phases)
         for mode in modes:
-            report[mode] = await measure_portal(mode, plan, demo.url, large=mode == "embedded")
-        report["memory"] = measure_memory(plan, demo.url)
+            demo.ensure_alive()
+            report[mode] = await measure_portal(mode, plan, demo.url, phases)
+        if "memory" in phases:
+            demo.ensure_alive()
+            report["memory"] = measure_memory(plan, demo.url)
+        report["demo_server_restarts"] = demo.restarts
+    except BaseException:
+        log(f"the demo HTTP server's log ends:\n{Path(demo.log.name).read_text(errors='replace')[-2000:]}")
+        raise
     finally:
         demo.close()
     report["headline"] = headline(report)
@@ -489,10 +563,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a handful of calls, for the smoke test")
     parser.add_argument("--modes", default="embedded,distributed")
+    parser.add_argument("--phases", default=",".join(PHASES), help="a subset of " + ",".join(PHASES))
+    parser.add_argument("--calls", type=int, help="calls per latency series (default 2000; --quick 20)")
+    parser.add_argument("--levels", help="throughput levels, e.g. 10,50,200")
+    parser.add_argument("--seconds", type=float, help="length of each throughput window")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "latest.json"))
     args = parser.parse_args(argv)
     if "embedded" not in args.modes.split(","):
         parser.error("the embedded mode is always measured (the headline numbers come from it)")
+    if set(args.phases.split(",")) - set(PHASES):
+        parser.error(f"--phases takes some of {','.join(PHASES)}")
+    # Stopped from outside, still stop every process the bench started (the finally blocks).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
     report = asyncio.run(main_async(args))
     report["seconds"] = round(time.monotonic() - started, 1)

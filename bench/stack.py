@@ -71,21 +71,38 @@ def base_env() -> dict[str, str]:
 
 
 class DemoHttpServer:
-    """The demo server over Streamable HTTP, one process for the whole run."""
+    """The demo server over Streamable HTTP, one process for the whole run, on one port.
+
+    On a machine shared with other work a process can die under the bench; `ensure_alive`
+    starts it again on the same port (so registered URLs stay right) and counts restarts.
+    """
 
     def __init__(self) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.log = tempfile.NamedTemporaryFile(prefix="bench-demo-http-", suffix=".log", delete=False)  # noqa: SIM115
+        self.restarts: list[str] = []
+        self._start()
+
+    def _start(self) -> None:
         self.process = subprocess.Popen(
             [PYTHON, "-m", "sessions.mcp.demo_server", "http", "--port", str(self.port)],
             cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
         )
         wait_for_port(self.port, self.process)
 
+    def ensure_alive(self) -> None:
+        if self.process.poll() is None:
+            return
+        self.restarts.append(f"exited with {self.process.returncode}")
+        self._start()
+
     def close(self) -> None:
         stop(self.process)
+        self.log.close()
+        os.unlink(self.log.name)
 
 
 @dataclass
@@ -104,6 +121,10 @@ class Portal:
     @property
     def worker_pids(self) -> list[int]:
         return [p.pid for p in self.workers] if self.workers else [self.web.pid]
+
+    @property
+    def pids(self) -> list[int]:
+        return [self.web.pid, *(p.pid for p in self.workers)]
 
     def connections_opened(self) -> int:
         """How many MCP connections the pools have opened so far, from their log lines."""
@@ -234,6 +255,17 @@ def _status_kb(pid: int, field_name: str) -> int:
             if line.startswith(field_name + ":"):
                 return int(line.split()[1])
     return 0
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU time the processes have used so far (their own, not their children's)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / ticks
 
 
 def rss_mb(pid: int) -> float:
