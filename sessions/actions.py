@@ -53,14 +53,22 @@ def do_finish_tool_call(
     error_kind: str = "",
     details: dict[str, Any] | None = None,
     duration_ms: float | None = None,
+    call: ToolCall | None = None,
 ) -> ToolCall:
-    ToolCall.objects.filter(pk=call_id).update(
-        status=status,
-        result=result,
-        error=error,
-        error_kind=error_kind,
-        details=details or {},
-        duration_ms=duration_ms,
-        finished_at=timezone.now(),
-    )
-    return ToolCall.objects.get(pk=call_id)
+    """Record how the call ended. A caller that holds the row passes it as `call`: it is
+    updated in memory and returned, instead of read back (one query less per call)."""
+    fields = {
+        "status": status,
+        "result": result,
+        "error": error,
+        "error_kind": error_kind,
+        "details": details or {},
+        "duration_ms": duration_ms,
+        "finished_at": timezone.now(),
+    }
+    ToolCall.objects.filter(pk=call_id).update(**fields)
+    if call is None:
+        return ToolCall.objects.get(pk=call_id)
+    for name, value in fields.items():
+        setattr(call, name, value)
+    return call
