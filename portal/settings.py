@@ -146,6 +146,10 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
+# Celery's Django fixup closes every database connection before and after each task unless
+# this is set, so each tool call paid a new PostgreSQL connection (or SQLite file open).
+# Connections now live by CONN_MAX_AGE, checked around each task (sessions/tasks.py).
+CELERY_DB_REUSE_MAX = envint("CELERY_DB_REUSE_MAX", 1_000_000)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
