@@ -125,8 +125,10 @@ if EMBEDDED:
     CHANNEL_LAYERS = {"default": {"BACKEND": "portal.channel_layer.EmbeddedChannelLayer"}}
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     CELERY_BROKER_URL = "memory://"
-    # The memory transport polls; the default 1 s would be added to every call.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 0.005}
+    # Kombu's memory transport, woken by each new task rather than polling (portal/memory_broker.py);
+    # the interval is only the backstop for a wake-up that raced past.
+    CELERY_BROKER_TRANSPORT = "portal.memory_broker:Transport"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 0.5}
 else:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=envint("DB_CONN_MAX_AGE", 60))}
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
