@@ -135,7 +135,13 @@ else:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": os.environ.get("CHANNELS_PREFIX", "portal"), "capacity": 1000},
+            "CONFIG": {
+                # redis-py's asyncio pool refuses (not waits) past 100 connections by default:
+                # 200 browsers connecting at once made Daphne answer HTTP 500 (bench/, 200 users).
+                "hosts": [{"address": REDIS_URL, "max_connections": envint("CHANNELS_REDIS_MAX_CONNECTIONS", 2000)}],
+                "prefix": os.environ.get("CHANNELS_PREFIX", "portal"),
+                "capacity": 1000,
+            },
         }
     }
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
