@@ -239,6 +239,8 @@ async def measure_portal(mode: str, plan: Plan, http_url: str, phases: set[str])
     log(f"{mode}: starting the portal")
     accounts = plan.accounts if "throughput" in phases else 1 + plan.cold_users
     portal = start_portal(mode, accounts, http_url)
+    # To profile a phase, attach to these: py-spy record --gil --pid PID (docs/performance.md).
+    log(f"{mode}: portal processes {' '.join(map(str, portal.pids))}")
     try:
         sessions = await _login_all(portal, accounts)
         log(f"{mode}: {len(sessions)} accounts logged in through the login form")
