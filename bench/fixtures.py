@@ -66,7 +66,9 @@ def main(argv: list[str] | None = None) -> None:
         else:
             server = do_update_server(server, fields)
         ids[fields["transport"]] = server.pk
-    json.dump({"password": PASSWORD, "users": [username(i) for i in range(args.users)], "servers": ids}, sys.stdout)
+    names = [username(i) for i in range(args.users)]
+    pks = dict(User.objects.filter(username__in=names).values_list("username", "pk"))
+    json.dump({"password": PASSWORD, "users": names, "user_ids": [pks[n] for n in names], "servers": ids}, sys.stdout)
 
 
 if __name__ == "__main__":

@@ -134,6 +134,16 @@ class Portal:
                 total += sum(1 for line in handle if OPENED_MARKER in line)
         return total
 
+    def owners_connected(self, server_name: str) -> list[set[str]]:
+        """For each worker process, the owners ("user:ID") it has opened a connection to `server_name` for."""
+        worker_logs = self.logs[1:] if self.workers else self.logs[:1]
+        marker = f"{OPENED_MARKER}: {server_name} ("
+        found = []
+        for path in worker_logs:
+            with open(path, errors="replace") as handle:
+                found.append({line.split(" for ", 1)[1].split()[0] for line in handle if marker in line})
+        return found
+
     def close(self) -> None:
         for process in [*self.workers, self.web]:
             stop(process)
