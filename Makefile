@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test test-slow lint format migrate bootstrap worker chromium test-servers clean
+.PHONY: run test test-slow bench lint format migrate bootstrap worker chromium test-servers clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,12 @@ test: $(VENV)/.installed chromium test-servers
 
 test-slow: $(VENV)/.installed chromium test-servers
 	PORTAL_SLOW_TESTS=1 $(PY) -m pytest $(PYTEST_ARGS)
+
+# The benchmark (docs/performance.md): about 6 minutes; writes bench/results/latest.json and prints a
+# Markdown table. Its distributed half needs PostgreSQL and Redis on 127.0.0.1 (started as .ci/run
+# does) and is skipped, with a note, when they are not there. BENCH_ARGS=--quick for a short run.
+bench: $(VENV)/.installed
+	$(PY) -m bench $(BENCH_ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -362,20 +362,26 @@ def do_finish_tool_call(
     details: dict[str, Any] | None = None,
     duration_ms: float | None = None,
     decision: dict[str, Any] | None = None,
+    call: ToolCall | None = None,
 ) -> ToolCall:
-    fields: dict[str, Any] = {}
+    """Record how the call ended, and audit it. A caller that holds the row passes it as `call`:
+    it is updated in memory instead of read back (one query less per call)."""
+    fields: dict[str, Any] = {
+        "status": status,
+        "result": result,
+        "error": error,
+        "error_kind": error_kind,
+        "details": details or {},
+        "duration_ms": duration_ms,
+        "finished_at": timezone.now(),
+    }
     if decision is not None:
         fields["decision"] = decision
-    ToolCall.objects.filter(pk=call_id).update(
-        status=status,
-        result=result,
-        error=error,
-        error_kind=error_kind,
-        details=details or {},
-        duration_ms=duration_ms,
-        finished_at=timezone.now(),
-        **fields,
-    )
-    call = ToolCall.objects.select_related("server", "user").get(pk=call_id)
+    ToolCall.objects.filter(pk=call_id).update(**fields)
+    if call is None:
+        call = ToolCall.objects.select_related("server", "user").get(pk=call_id)
+    else:
+        for name, value in fields.items():
+            setattr(call, name, value)
     audit.record_for_call(AuditKind.CALL, call, duration_ms=duration_ms, error=error)
     return call

@@ -1,7 +1,8 @@
 """Celery tasks: each takes ids and hands over to one function in worker.py or one action."""
 
 from celery import shared_task
-from celery.signals import worker_init, worker_process_shutdown, worker_shutdown
+from celery.signals import task_postrun, task_prerun, worker_init, worker_process_shutdown, worker_shutdown
+from django.db import close_old_connections
 
 from . import actions, worker
 
@@ -76,3 +77,11 @@ def _on_worker_init(sender=None, **_kwargs) -> None:
 def _on_worker_shutdown(sender=None, **_kwargs) -> None:
     # Close every MCP connection so no stdio child outlives its worker.
     worker.shutdown_pool()
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _check_database_connections(sender=None, **_kwargs) -> None:
+    # What a request does for a view: drop a connection that broke or outlived CONN_MAX_AGE,
+    # keep a good one (settings.CELERY_DB_REUSE_MAX stops Celery from closing them all).
+    close_old_connections()

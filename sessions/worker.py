@@ -103,11 +103,16 @@ def execute_tool_call(call_id: str) -> None:
             details={**_details(outcome), **({"progress": progress} if progress else {})},
             duration_ms=outcome.duration_ms,
             decision=call.decision,
+            call=call,
         )
     except Exception as exc:  # noqa: BLE001 - the record must end, whatever broke
         log.exception("tool call %s failed inside the worker", call_id)
         finished = actions.do_finish_tool_call(
-            call_id, CallStatus.FAILED, error=f"The worker failed: {type(exc).__name__}: {exc}", error_kind="internal"
+            call_id,
+            CallStatus.FAILED,
+            error=f"The worker failed: {type(exc).__name__}: {exc}",
+            error_kind="internal",
+            call=call,
         )
     publish(call.user_id, {"type": "call.ended", **finished.as_event()})
 

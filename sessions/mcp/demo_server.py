@@ -44,8 +44,9 @@ server = MCPServer(
     name="portal-demo",
     version="1.0.0",
     instructions=(
-        "A demo server for the MCP Portal playground: echo, add, progress, an image, a form, a sleep, a note; "
-        "resources (text, JSON, an image, bytes, a greeting template, a counter to subscribe to) and prompts."
+        "A demo server for the MCP Portal playground: echo, add, progress, an image, a form, a sleep, a note, "
+        "big output; resources (text, JSON, an image, bytes, a greeting template, a counter to subscribe to) "
+        "and prompts."
     ),
 )
 
@@ -141,6 +142,19 @@ def ask(topic: str, answer: Annotated[ElicitationResult[Contact], Resolve(ask_co
 async def sleep(seconds: Annotated[float, Field(ge=0, le=3600)] = 5) -> str:
     await asyncio.sleep(seconds)
     return f"slept {seconds} s"
+
+
+MAX_BIG_BYTES = 50 * 1024 * 1024
+
+
+@server.tool(
+    title="Big output",
+    description="Return `size_bytes` bytes of text (at most 50 MB), to see how large results are handled.",
+    annotations=ToolAnnotations(readOnlyHint=True),
+)
+def big(size_bytes: Annotated[int, Field(ge=0, le=MAX_BIG_BYTES)] = 1024 * 1024) -> str:
+    line = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-=~!@#$%^&*()_+[]{};:,.<>/?|\n"
+    return (line * (size_bytes // len(line) + 1))[:size_bytes]
 
 
 @server.tool(
