@@ -21,6 +21,9 @@ SERVER_FIELDS = (
     "url",
     "headers",
     "request_timeout",
+    "reset_timeout_on_progress",
+    "protocol",
+    "shared",
     "enabled",
 )
 
@@ -35,7 +38,7 @@ def do_update_server(server: Server, fields: dict[str, Any]) -> Server:
     changed = {k: fields[k] for k in SERVER_FIELDS if k in fields}
     for name, value in changed.items():
         setattr(server, name, value)
-    if changed.keys() - {"name", "description", "enabled", "request_timeout"}:
+    if changed.keys() - {"name", "description", "enabled", "request_timeout", "reset_timeout_on_progress", "shared"}:
         # The old tool list described another command or URL.
         server.tools, server.tools_listed_at = [], None
     server.save()
@@ -57,6 +60,11 @@ def do_record_tools(server_id: int, tools: list[dict[str, Any]]) -> None:
 
 def do_record_test(server_id: int, result: dict[str, Any]) -> None:
     Server.objects.filter(pk=server_id).update(last_test=result, last_tested_at=timezone.now())
+
+
+def do_record_negotiated(server_id: int, negotiated: dict[str, Any]) -> None:
+    """Remember which protocol era the server answered with (see Server.negotiated)."""
+    Server.objects.filter(pk=server_id).update(negotiated=negotiated)
 
 
 @transaction.atomic

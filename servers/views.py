@@ -10,7 +10,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from sessions.mcp.naming import summarize_description
+from sessions.mcp.naming import annotate_tools
+from sessions.models import ConnectionStatus
 
 from . import actions
 from .forms import ServerForm
@@ -32,9 +33,19 @@ def _admin_teams(request: HttpRequest):
     return Team.objects.filter(memberships__user=request.user, memberships__role=Role.ADMIN).order_by("name")
 
 
+def _attach_connection_status(user, servers) -> None:
+    """Give each server `.connection`: the status of the session this user's calls would use."""
+    owners = {server.pk: server.connection_owner(user.pk) for server in servers}
+    rows = ConnectionStatus.objects.filter(server_id__in=owners, owner__in=set(owners.values()))
+    found = {(row.server_id, row.owner): row for row in rows}
+    for server in servers:
+        server.connection = found.get((server.pk, owners[server.pk]))
+
+
 @login_required
 def server_list(request: HttpRequest) -> HttpResponse:
-    servers = Server.objects.visible_to(request.user).select_related("team").distinct()
+    servers = list(Server.objects.visible_to(request.user).select_related("team").distinct())
+    _attach_connection_status(request.user, servers)
     admin_team_ids = set(_admin_teams(request).values_list("id", flat=True))
     return render(
         request,
@@ -74,14 +85,8 @@ def server_edit(request: HttpRequest, server_id: int) -> HttpResponse:
 @login_required
 def server_detail(request: HttpRequest, server_id: int) -> HttpResponse:
     server = _visible_server(request, server_id)
-    tools = [
-        {
-            **tool,
-            "full_name": server.prefix + tool.get("name", ""),
-            "summary": summarize_description(tool.get("description")),
-        }
-        for tool in server.tools
-    ]
+    _attach_connection_status(request.user, [server])
+    tools = annotate_tools(server.name, server.tools)
     return render(
         request,
         "servers/detail.html",

@@ -9,7 +9,8 @@ from django.utils import timezone
 
 from servers.models import Server
 
-from .models import CallStatus, ToolCall
+from .mcp.errors import Failure
+from .models import CallStatus, ConnectionStatus, ToolCall
 
 
 @transaction.atomic
@@ -30,9 +31,12 @@ def do_start_tool_call(user: Any, server_id: Any, tool: str, arguments: dict[str
         call.save()
         return call
     call.save()
+    from . import affinity
     from .tasks import run_tool_call
 
-    transaction.on_commit(lambda: run_tool_call.delay(str(call.id)))
+    # To the worker that holds this user's session with the server, if one does (sessions/affinity.py).
+    key = affinity.connection_key_for(server, user.pk)
+    transaction.on_commit(lambda: affinity.send(run_tool_call, key, (str(call.id),), backup=True))
     return call
 
 
@@ -53,8 +57,11 @@ def do_finish_tool_call(
     error_kind: str = "",
     details: dict[str, Any] | None = None,
     duration_ms: float | None = None,
+    worker: str | None = None,
 ) -> ToolCall:
+    extra = {"worker": worker} if worker else {}
     ToolCall.objects.filter(pk=call_id).update(
+        **extra,
         status=status,
         result=result,
         error=error,
@@ -64,3 +71,28 @@ def do_finish_tool_call(
         finished_at=timezone.now(),
     )
     return ToolCall.objects.get(pk=call_id)
+
+
+def do_set_connection_status(
+    server_id: int, owner: str, status: str, failure: Failure | None, worker: str
+) -> dict[str, Any] | None:
+    """Record what a worker's pool says about one connection; returns the browser event, if any.
+
+    "closed" removes the row, unless another worker has since taken the connection over.
+    """
+    if status == "closed":
+        deleted, _ = ConnectionStatus.objects.filter(server_id=server_id, owner=owner, worker=worker).delete()
+        return {"type": "connection.status", "server": server_id, "status": "closed"} if deleted else None
+    if not Server.objects.filter(pk=server_id).exists():
+        return None
+    row, _ = ConnectionStatus.objects.update_or_create(
+        server_id=server_id,
+        owner=owner,
+        defaults={
+            "status": status,
+            "error_kind": failure.kind if failure else "",
+            "error": failure.message if failure else "",
+            "worker": worker,
+        },
+    )
+    return row.as_event()

@@ -10,7 +10,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from servers.models import Server
 
-from . import actions, tasks
+from . import actions, affinity, tasks
 from .worker import user_group
 
 MAX_MESSAGE_BYTES = 1_000_000
@@ -88,7 +88,7 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         server_id = _server_id(content)
         if not await self._can_see(server_id):
             raise MessageError("Unknown server.")
-        await database_sync_to_async(tasks.list_tools.delay)(server_id, self.user.pk, bool(content.get("refresh")))
+        await database_sync_to_async(self._send_list_tools)(server_id, bool(content.get("refresh")))
 
     async def on_test_connection(self, content: dict[str, Any], ref: Any) -> None:
         server_id = _server_id(content)
@@ -97,6 +97,12 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         await database_sync_to_async(tasks.test_connection.delay)(server_id, self.user.pk)
 
     handlers = {"call": on_call, "list_tools": on_list_tools, "test_connection": on_test_connection}
+
+    def _send_list_tools(self, server_id: int, refresh: bool) -> None:
+        # To the worker holding this user's session, so listing does not open a second one elsewhere.
+        server = Server.objects.get(pk=server_id)
+        key = affinity.connection_key_for(server, self.user.pk)
+        affinity.send(tasks.list_tools, key, (server_id, self.user.pk, refresh))
 
     @database_sync_to_async
     def _can_see(self, server_id: int) -> bool:

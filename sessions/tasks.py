@@ -3,7 +3,7 @@
 from celery import shared_task
 from celery.signals import worker_init, worker_process_shutdown, worker_shutdown
 
-from . import worker
+from . import affinity, worker
 
 
 @shared_task(name="sessions.run_tool_call")
@@ -23,6 +23,10 @@ def test_connection(server_id: int, user_id: int) -> None:
 
 @worker_init.connect
 def _on_worker_init(sender=None, **_kwargs) -> None:
+    # Besides the shared queue, each worker consumes a queue of its own, where the calls for the
+    # sessions it holds are routed (sessions/affinity.py). Needs one process per worker (-P threads).
+    if sender is not None:
+        sender.app.amqp.queues.select_add(affinity.own_queue())
     worker.start_heartbeat()
 
 

@@ -6,6 +6,7 @@ from django.shortcuts import get_object_or_404, render
 
 from servers.models import Server
 
+from .mcp.naming import annotate_tools
 from .models import ToolCall
 
 
@@ -18,7 +19,8 @@ def playground(request: HttpRequest) -> HttpResponse:
             "name": s.name,
             "team": s.team.name,
             "prefix": s.prefix,
-            "tools": s.tools,
+            # Summaries for the list (descriptions cut at 2,048 characters); the pane shows the full text.
+            "tools": annotate_tools(s.name, s.tools),
             "transport": s.transport,
         }
         for s in servers

@@ -41,7 +41,9 @@ function renderToolList() {
       class: current ? "tool current" : "tool",
       "aria-current": current ? "true" : null,
       onclick: () => selectTool(tool.name),
-    }, h("span", { class: "tool-name", text: tool.title || tool.name }), h("code", { class: "small", text: tool.name }))));
+    }, h("span", { class: "tool-name", text: tool.title || tool.name }), h("code", { class: "small", text: tool.name }),
+      // The list shows the summary (cut at 2,048 characters); the tool pane shows the full description.
+      h("span", { class: "tool-summary", text: tool.summary ?? "" }))));
   }
 }
 
@@ -259,6 +261,13 @@ const socket = connect({
           selectTool(pendingTool);
           pendingTool = null;
         }
+      }
+    } else if (event.type === "tools.changed") {
+      // The server changed its tool list: the worker dropped its cache; list again if we show it.
+      const server = servers.get(event.server);
+      if (server && server === state.server) {
+        $("tools-status").textContent = "The server's tools changed; listing them again…";
+        socket.send({ type: "list_tools", server: server.id, refresh: true });
       }
     } else if (event.type === "error") {
       if (event.ref && event.ref === state.pendingRef) {
