@@ -99,3 +99,20 @@ def test_diagnosis_protocol_version_mismatch(pool, tmp_path):
         pool.run(pool.probe(config), timeout=60)
     failure = caught.value.failure
     assert failure.kind == "protocol_version" and "1999-01-01" in failure.message
+
+
+def test_tools_are_listed_over_every_page(pool, tmp_path):
+    log = tmp_path / "methods.log"
+    config = legacy_config(log, env={"LEGACY_TOOL_PAGES": "4"})
+    key = ConnectionKey.for_owner(1, config, "user:1")
+    tools = pool.run(pool.list_tools(key, config), timeout=60)
+    assert [t["name"] for t in tools] == ["hello", "hello_1", "hello_2", "hello_3"]
+    assert log.read_text().splitlines().count("tools/list") == 4
+
+
+def test_only_what_the_capabilities_declare_is_listed(pool, tmp_path):
+    log = tmp_path / "methods.log"
+    config = legacy_config(log, env={"LEGACY_NO_TOOLS": "1"})
+    key = ConnectionKey.for_owner(1, config, "user:1")
+    assert pool.run(pool.list_tools(key, config), timeout=60) == []
+    assert "tools/list" not in log.read_text().splitlines()
