@@ -8,10 +8,13 @@ channel-layer group, from the pool loop so they stay in order.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -34,6 +37,7 @@ log = logging.getLogger(__name__)
 
 _pool: ConnectionPool | None = None
 _pool_lock = threading.Lock()
+_stopping = threading.Event()
 HEARTBEAT_KEY = "portal:worker-heartbeat"
 
 
@@ -56,6 +60,7 @@ def get_pool() -> ConnectionPool:
 
 def shutdown_pool() -> None:
     global _pool
+    _stopping.set()  # no more heartbeats: the router must stop sending calls here
     try:
         affinity.stop()
     except Exception:  # noqa: BLE001 - the cache may be gone already; the TTL covers it
@@ -89,30 +94,72 @@ def owner_user_ids(owner: str) -> list[int]:
 
 
 class WorkerEvents(PoolEvents):
-    """The pool's news, turned into rows and browser events (called on the pool loop)."""
+    """The pool's news, turned into rows and browser events.
+
+    Called on the pool loop. The routing entry is written at once (the next call must find it);
+    rows and browser events go through an ordered queue drained by one task, so a slow database
+    or channel layer never holds up a connection or a call.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: asyncio.Queue[Callable[[], Awaitable[None]]] | None = None
+        self._drainer: asyncio.Task[None] | None = None
+
+    def _later(self, job: Callable[[], Awaitable[None]]) -> None:
+        if self._jobs is None:
+            self._jobs = asyncio.Queue()
+            self._drainer = asyncio.get_running_loop().create_task(self._drain(self._jobs))
+        self._jobs.put_nowait(job)
+
+    async def aclose(self) -> None:
+        if self._jobs is not None and self._drainer is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._jobs.join(), 5.0)
+            self._drainer.cancel()
+
+    @staticmethod
+    async def _drain(jobs: asyncio.Queue[Callable[[], Awaitable[None]]]) -> None:
+        while True:
+            job = await jobs.get()
+            try:
+                await job()
+            except Exception:  # noqa: BLE001 - bookkeeping must never stop the queue
+                log.warning("could not record a connection event", exc_info=True)
+            finally:
+                jobs.task_done()
 
     async def status(self, key: ConnectionKey, config: ServerConfig, status: str, failure: Failure | None) -> None:
         try:
-            event = await database_sync_to_async(actions.do_set_connection_status)(
-                key.server_id, key.owner, status, failure, WORKER_NAME
-            )
             if status == "connected":
                 affinity.record([key])
             elif status in ("closed", "failed", "needs-auth"):
                 affinity.forget(key)
+        except Exception:  # noqa: BLE001 - a cache outage costs affinity, not the call
+            log.warning("could not update the routing of %s", key, exc_info=True)
+
+        async def record() -> None:
+            event = await database_sync_to_async(actions.do_set_connection_status)(
+                key.server_id, key.owner, status, failure, WORKER_NAME
+            )
             if event is not None:
                 for user_id in await database_sync_to_async(owner_user_ids)(key.owner):
                     await _publish(user_id, event)
-        except Exception:  # noqa: BLE001 - bookkeeping must never break a call
-            log.warning("could not record the status of %s", key, exc_info=True)
+
+        self._later(record)
 
     async def tools_changed(self, key: ConnectionKey, config: ServerConfig) -> None:
-        # Open playgrounds re-list the server's tools when they hear this.
-        for user_id in await database_sync_to_async(owner_user_ids)(key.owner):
-            await _publish(user_id, {"type": "tools.changed", "server": key.server_id})
+        async def tell() -> None:
+            # Open playgrounds and server pages list the tools again when they hear this.
+            for user_id in await database_sync_to_async(owner_user_ids)(key.owner):
+                await _publish(user_id, {"type": "tools.changed", "server": key.server_id})
+
+        self._later(tell)
 
     async def negotiated(self, key: ConnectionKey, config: ServerConfig, negotiated: Negotiated) -> None:
-        await database_sync_to_async(server_actions.do_record_negotiated)(key.server_id, negotiated.as_dict())
+        async def remember() -> None:
+            await database_sync_to_async(server_actions.do_record_negotiated)(key.server_id, negotiated.as_dict())
+
+        self._later(remember)
 
 
 def publish(user_id: int, event: dict[str, Any]) -> None:
@@ -253,9 +300,10 @@ def start_heartbeat(name: str = WORKER_NAME) -> threading.Thread:
     """Tell /healthz and the call router this worker is alive, every few seconds, from a thread of
     its own; and keep the sessions it holds routed to it (sessions/affinity.py)."""
     interval = settings.PORTAL_WORKER_HEARTBEAT_SECONDS
+    _stopping.clear()
 
     def beat() -> None:
-        while True:
+        while not _stopping.is_set():
             try:
                 now = time.time()
                 cache.set(HEARTBEAT_KEY, {"worker": name, "at": now}, timeout=affinity.heartbeat_ttl())
@@ -264,7 +312,7 @@ def start_heartbeat(name: str = WORKER_NAME) -> threading.Thread:
                     affinity.record(_pool.keys(), name)
             except Exception:  # noqa: BLE001 - a cache outage must not kill the worker
                 log.warning("worker heartbeat failed", exc_info=True)
-            time.sleep(interval)
+            _stopping.wait(interval)
 
     thread = threading.Thread(target=beat, name="portal-heartbeat", daemon=True)
     thread.start()

@@ -75,6 +75,9 @@ class PoolEvents:
     async def negotiated(self, key: ConnectionKey, config: ServerConfig, negotiated: Negotiated) -> None:
         """A connection negotiated an era other than the one the config remembers."""
 
+    async def aclose(self) -> None:
+        """The pool is shutting down, its connections closed: finish what is pending."""
+
 
 @dataclass
 class CallOutcome:
@@ -108,6 +111,7 @@ class Connection:
     closed: bool = False
     terminal_errors: int = 0
     ended_by: BaseException | None = None
+    open_failure: Failure | None = None
     _ready: asyncio.Future[None] | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
@@ -131,6 +135,7 @@ class Connection:
                     f"no handshake within {self.config.connect_timeout:g} s",
                     self.stderr_tail(),
                 )
+            self.open_failure = failure  # for the callers who waited on this same opening
             # A connection that never came up has nothing to shut down gracefully.
             await self.close(graceful=False)
             raise ConnectionFailed(failure) from exc
@@ -168,7 +173,9 @@ class Connection:
                     tg.cancel_scope.cancel()
         except BaseException as exc:  # noqa: BLE001 - every way out must release the waiters
             if not self._ready.done():
-                self._ready.set_exception(exc)
+                # Never hand a CancelledError to the waiters: to them it would look like their own.
+                closed = ConnectionError("the connection was closed before its handshake finished")
+                self._ready.set_exception(closed if isinstance(exc, asyncio.CancelledError) else exc)
             elif not isinstance(exc, asyncio.CancelledError):
                 self.ended_by = exc
                 log.info("connection to %s ended: %r", self.config.name, exc)
@@ -366,7 +373,7 @@ class ConnectionPool:
         if self._maintenance is not None:
             self._maintenance.cancel()
         try:
-            self.run(self.close_all(), timeout)
+            self.run(self._close_everything(), timeout)
         except concurrent.futures.TimeoutError:
             log.warning("pool shutdown timed out; some connections may not have closed cleanly")
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -391,7 +398,11 @@ class ConnectionPool:
             conn.config = config
             self._connections.move_to_end(key)
             if conn._ready is not None and not conn._ready.done():
-                await asyncio.shield(conn._ready)
+                try:
+                    await asyncio.shield(conn._ready)
+                except Exception as exc:  # the opening we waited for failed: same diagnosis
+                    await asyncio.sleep(0)  # let the opener record it
+                    raise ConnectionFailed(conn.open_failure or conn.diagnose(exc)) from exc
             return conn
         conn = Connection(key=key, config=config, on_closed=self._forget, on_tools_changed=self._tools_changed)
         self._connections[key] = conn
@@ -445,6 +456,10 @@ class ConnectionPool:
         if conn is not None:
             await conn.close()
             await self.events.status(key, conn.config, status, failure)
+
+    async def _close_everything(self) -> None:
+        await self.close_all()
+        await self.events.aclose()
 
     async def close_all(self) -> None:
         keys = list(self._connections)
