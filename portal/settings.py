@@ -211,6 +211,9 @@ PORTAL_WORKER_THREADS = envint("PORTAL_WORKER_THREADS", 8)
 PORTAL_WORKER_HEARTBEAT_SECONDS = envfloat("PORTAL_WORKER_HEARTBEAT_SECONDS", 5.0)
 # How long a call waits for a person to approve it before it ends as timed out.
 PORTAL_APPROVAL_TIMEOUT = envfloat("PORTAL_APPROVAL_TIMEOUT", 300.0)
+MCP_HEALTH_CHECK_SECONDS = envfloat("MCP_HEALTH_CHECK_SECONDS", 60.0)
+# A call routed to a worker that died before its heartbeat expired runs elsewhere after this long.
+PORTAL_AFFINITY_GRACE_SECONDS = envfloat("PORTAL_AFFINITY_GRACE_SECONDS", PORTAL_WORKER_HEARTBEAT_SECONDS * 3 + 1)
 
 LOGGING = {
     "version": 1,

@@ -25,6 +25,9 @@ SERVER_FIELDS = (
     "url",
     "headers",
     "request_timeout",
+    "reset_timeout_on_progress",
+    "protocol",
+    "shared",
     "enabled",
 )
 
@@ -39,7 +42,7 @@ def do_update_server(server: Server, fields: dict[str, Any]) -> Server:
     changed = {k: fields[k] for k in SERVER_FIELDS if k in fields}
     for name, value in changed.items():
         setattr(server, name, value)
-    if changed.keys() - {"name", "description", "enabled", "request_timeout"}:
+    if changed.keys() - {"name", "description", "enabled", "request_timeout", "reset_timeout_on_progress", "shared"}:
         # The old tool list (and counts) described another command or URL.
         server.tools, server.tools_listed_at = [], None
         server.resource_count = server.template_count = server.prompt_count = None
@@ -93,6 +96,11 @@ def do_import_servers(team: Team, by: Any, text: str) -> tuple[mcp_json.ParsedCo
         for entry in plan.to_create
     ]
     return plan, created
+
+
+def do_record_negotiated(server_id: int, negotiated: dict[str, Any]) -> None:
+    """Remember which protocol era the server answered with (see Server.negotiated)."""
+    Server.objects.filter(pk=server_id).update(negotiated=negotiated)
 
 
 @transaction.atomic

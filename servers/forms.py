@@ -10,12 +10,19 @@ from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 
 from sessions.mcp.naming import VALID_NAME, normalize_name
+from sessions.mcp.variables import references
 
 from .mcp_json import MAX_BYTES as MAX_IMPORT_BYTES
-from .models import Effect, Server, Team, TeamPolicy, TransportKind
+from .models import REMOTE_TRANSPORTS, Effect, ProtocolSetting, Server, Team, TeamPolicy, TransportKind
 from .policy import is_valid_pattern
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+VARIABLE_REFERENCE = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*(?::-[^}]*)?\}")
+URL_SCHEMES = {
+    TransportKind.HTTP: ("http", "https"),
+    TransportKind.SSE: ("http", "https"),
+    TransportKind.WEBSOCKET: ("ws", "wss"),
+}
 HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 
 
@@ -64,7 +71,8 @@ class ServerForm(forms.Form):
         label="URL",
         max_length=500,
         required=False,
-        help_text="For Streamable HTTP: the MCP endpoint, e.g. https://example.com/mcp.",
+        help_text="The MCP endpoint: https://example.com/mcp (Streamable HTTP), https://example.com/sse (SSE), "
+        "wss://example.com/mcp (WebSocket). ${VAR} and ${VAR:-default} come from the portal's environment.",
     )
     headers = forms.CharField(
         required=False, widget=forms.Textarea(attrs={"rows": 3}), help_text="One Header-Name: value per line."
@@ -75,6 +83,23 @@ class ServerForm(forms.Form):
         max_value=3600,
         initial=60,
         help_text="How long one request may take before the call ends as timed out.",
+    )
+    reset_timeout_on_progress = forms.BooleanField(
+        label="Progress restarts the timeout",
+        required=False,
+        help_text="A tool that keeps reporting progress is not cut off while it does.",
+    )
+    protocol = forms.ChoiceField(
+        label="Protocol era",
+        choices=ProtocolSetting.choices,
+        initial=ProtocolSetting.AUTO,
+        required=False,
+        help_text="Auto remembers what the server answered, so only the first connect pays for the probe.",
+    )
+    shared = forms.BooleanField(
+        label="Shared session",
+        required=False,
+        help_text="One session for the whole team. Leave off when the server keeps per-user state or credentials.",
     )
     enabled = forms.BooleanField(required=False, initial=True)
 
@@ -93,6 +118,9 @@ class ServerForm(forms.Form):
                 "url": instance.url,
                 "headers": format_pairs(instance.headers, ":"),
                 "request_timeout": instance.request_timeout,
+                "reset_timeout_on_progress": instance.reset_timeout_on_progress,
+                "protocol": instance.protocol,
+                "shared": instance.shared,
                 "enabled": instance.enabled,
             }
         super().__init__(*args, **kwargs)
@@ -108,6 +136,9 @@ class ServerForm(forms.Form):
         if not VALID_NAME.match(normalize_name(name)):
             raise ValidationError("Use 1 to 64 letters, digits, _ or - (other characters become _).")
         return name
+
+    def clean_protocol(self) -> str:
+        return self.cleaned_data.get("protocol") or ProtocolSetting.AUTO
 
     def clean_args(self) -> list[str]:
         return [line.strip() for line in self.cleaned_data["args"].splitlines() if line.strip()]
@@ -126,17 +157,23 @@ class ServerForm(forms.Form):
                 self.add_error("command", "Enter the command that starts the server.")
             data["url"] = ""
             data["headers"] = {}
-        elif transport == TransportKind.HTTP:
+        elif transport in REMOTE_TRANSPORTS:
             url = data.get("url", "").strip()
+            schemes = URL_SCHEMES[TransportKind(transport)]
             if not url:
                 self.add_error("url", "Enter the server's URL.")
             else:
+                # ${VAR} is expanded only when connecting: check the URL with a stand-in for each.
                 try:
-                    URLValidator(schemes=["http", "https"])(url)
+                    URLValidator(schemes=list(schemes))(VARIABLE_REFERENCE.sub("placeholder.example", url))
                 except ValidationError:
-                    self.add_error("url", "Enter a valid http:// or https:// URL.")
+                    self.add_error("url", f"Enter a valid {' or '.join(f'{s}://' for s in schemes)} URL.")
             data["url"] = url
             data["command"], data["args"], data["env"], data["cwd"] = "", [], {}, ""
+        for field_name in ("command", "url", "cwd"):
+            text = data.get(field_name) or ""
+            if "${" in text and len(references(text)) != text.count("${"):
+                self.add_error(field_name, "Write variables as ${NAME} or ${NAME:-default}.")
         team, name = data.get("team"), data.get("name")
         if team is not None and name:
             wanted = normalize_name(name).lower()

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from django.conf import settings
 from django.db import models
 
-from sessions.mcp.config import ServerConfig
+from sessions.mcp.config import Negotiated, ServerConfig
 from sessions.mcp.naming import normalize_name
 
 from .policy import Defaults, Rule
@@ -42,6 +43,17 @@ class Membership(models.Model):
 class TransportKind(models.TextChoices):
     STDIO = "stdio", "stdio (a local command)"
     HTTP = "http", "Streamable HTTP"
+    SSE = "sse", "SSE (legacy HTTP+SSE)"
+    WEBSOCKET = "websocket", "WebSocket"
+
+
+REMOTE_TRANSPORTS = (TransportKind.HTTP, TransportKind.SSE, TransportKind.WEBSOCKET)
+
+
+class ProtocolSetting(models.TextChoices):
+    AUTO = "auto", "Auto (ask with server/discover, fall back to the handshake)"
+    LEGACY = "legacy", "Handshake era only (2024-11-05 … 2025-11-25)"
+    MODERN = "modern", "2026-07-28 only"
 
 
 class ServerQuerySet(models.QuerySet["Server"]):
@@ -66,10 +78,18 @@ class Server(models.Model):
     args = models.JSONField(default=list, blank=True)
     env = models.JSONField(default=dict, blank=True)
     cwd = models.CharField("working directory", max_length=500, blank=True)
-    url = models.URLField(max_length=500, blank=True)
+    # Not a URLField: ws:// and wss:// are valid here, and so is ${VAR} (the form checks both).
+    url = models.CharField(max_length=500, blank=True)
     headers = models.JSONField(default=dict, blank=True)
     request_timeout = models.FloatField(
         default=60.0, help_text="Seconds a request may take before the call ends as timed out."
+    )
+    reset_timeout_on_progress = models.BooleanField(
+        default=False, help_text="Restart the request timeout whenever the server reports progress."
+    )
+    protocol = models.CharField(max_length=10, choices=ProtocolSetting.choices, default=ProtocolSetting.AUTO)
+    shared = models.BooleanField(
+        "shared session", default=False, help_text="One session for the whole team instead of one per user."
     )
     enabled = models.BooleanField(default=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
@@ -87,6 +107,9 @@ class Server(models.Model):
     # The last "Test connection": the handshake's facts, or the diagnosis of its failure.
     last_test = models.JSONField(default=dict, blank=True)
     last_tested_at = models.DateTimeField(null=True, blank=True)
+    # What the server answered about protocol eras (sessions.mcp.config.Negotiated), so the next
+    # connect skips the server/discover probe; only used while the config fingerprint matches.
+    negotiated = models.JSONField(default=dict, blank=True)
 
     objects = ServerQuerySet.as_manager()
 
@@ -108,7 +131,12 @@ class Server(models.Model):
             return " ".join([self.command, *self.args])
         return self.url
 
+    def connection_owner(self, user_id: int) -> str:
+        """Whose session a call uses: the user's own, or the team's when the server is shared."""
+        return f"team:{self.team_id}" if self.shared else f"user:{user_id}"
+
     def to_config(self) -> ServerConfig:
+        # ${VAR} comes from the portal's environment; per-user secrets will be a source placed first.
         return ServerConfig(
             name=self.name,
             transport=self.transport,  # type: ignore[arg-type]
@@ -120,6 +148,10 @@ class Server(models.Model):
             headers=dict(self.headers),
             request_timeout=self.request_timeout,
             connect_timeout=settings.MCP_CONNECT_TIMEOUT,
+            reset_timeout_on_progress=self.reset_timeout_on_progress,
+            protocol=self.protocol,  # type: ignore[arg-type]
+            negotiated=Negotiated.from_dict(self.negotiated),
+            variables=(os.environ,),
         )
 
     @property

@@ -12,7 +12,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
-from sessions.mcp.naming import summarize_description
+from sessions.mcp.naming import annotate_tools
+from sessions.models import ConnectionStatus
 
 from . import actions, mcp_json
 from .forms import ImportForm, RuleForm, ServerForm, TeamDefaultsForm
@@ -37,9 +38,19 @@ def _admin_teams(request: HttpRequest):
     return Team.objects.filter(memberships__user=request.user, memberships__role=Role.ADMIN).order_by("name")
 
 
+def _attach_connection_status(user, servers) -> None:
+    """Give each server `.connection`: the status of the session this user's calls would use."""
+    owners = {server.pk: server.connection_owner(user.pk) for server in servers}
+    rows = ConnectionStatus.objects.filter(server_id__in=owners, owner__in=set(owners.values()))
+    found = {(row.server_id, row.owner): row for row in rows}
+    for server in servers:
+        server.connection = found.get((server.pk, owners[server.pk]))
+
+
 @login_required
 def server_list(request: HttpRequest) -> HttpResponse:
-    servers = Server.objects.visible_to(request.user).select_related("team").distinct()
+    servers = list(Server.objects.visible_to(request.user).select_related("team").distinct())
+    _attach_connection_status(request.user, servers)
     admin_team_ids = set(_admin_teams(request).values_list("id", flat=True))
     return render(
         request,
@@ -79,16 +90,9 @@ def server_edit(request: HttpRequest, server_id: int) -> HttpResponse:
 @login_required
 def server_detail(request: HttpRequest, server_id: int) -> HttpResponse:
     server = _visible_server(request, server_id)
+    _attach_connection_status(request.user, [server])
     described = describe_tools(server, request.user.pk)
-    tools = [
-        {
-            **tool,
-            "full_name": server.prefix + tool.get("name", ""),
-            "summary": summarize_description(tool.get("description")),
-            **described[tool.get("name", "")],
-        }
-        for tool in server.tools
-    ]
+    tools = [{**tool, **described[tool.get("name", "")]} for tool in annotate_tools(server.name, server.tools)]
     return render(
         request,
         "servers/detail.html",

@@ -24,7 +24,8 @@ from sessions.mcp.naming import tool_full_name
 from sessions.mcp.schema import validate_arguments
 
 from . import audit
-from .models import Approval, ApprovalState, AuditKind, CallStatus, ToolCall
+from .mcp.errors import Failure
+from .models import Approval, ApprovalState, AuditKind, CallStatus, ConnectionStatus, ToolCall
 
 ANSWERS = ("allow_once", "always_allow", "deny")
 
@@ -86,7 +87,12 @@ def do_start_tool_call(user: Any, server_id: Any, tool: str, arguments: dict[str
     if decision.effect == ASK:
         call.decision = {**call.decision, "effect": "defer", "reason": "The worker decides on the live definition."}
     call.save()
-    _enqueue_on_commit(str(call.id))
+    from . import affinity
+    from .tasks import run_tool_call
+
+    # To the worker that holds this user's session with the server, if one does (sessions/affinity.py).
+    key = affinity.connection_key_for(server, user.pk)
+    transaction.on_commit(lambda: affinity.send(run_tool_call, key, (str(call.id),), backup=True))
     return call
 
 
@@ -363,6 +369,7 @@ def do_finish_tool_call(
     duration_ms: float | None = None,
     decision: dict[str, Any] | None = None,
     call: ToolCall | None = None,
+    worker: str | None = None,
 ) -> ToolCall:
     """Record how the call ended, and audit it. A caller that holds the row passes it as `call`:
     it is updated in memory instead of read back (one query less per call)."""
@@ -377,6 +384,8 @@ def do_finish_tool_call(
     }
     if decision is not None:
         fields["decision"] = decision
+    if worker:
+        fields["worker"] = worker
     ToolCall.objects.filter(pk=call_id).update(**fields)
     if call is None:
         call = ToolCall.objects.select_related("server", "user").get(pk=call_id)
@@ -385,3 +394,28 @@ def do_finish_tool_call(
             setattr(call, name, value)
     audit.record_for_call(AuditKind.CALL, call, duration_ms=duration_ms, error=error)
     return call
+
+
+def do_set_connection_status(
+    server_id: int, owner: str, status: str, failure: Failure | None, worker: str
+) -> dict[str, Any] | None:
+    """Record what a worker's pool says about one connection; returns the browser event, if any.
+
+    "closed" removes the row, unless another worker has since taken the connection over.
+    """
+    if status == "closed":
+        deleted, _ = ConnectionStatus.objects.filter(server_id=server_id, owner=owner, worker=worker).delete()
+        return {"type": "connection.status", "server": server_id, "status": "closed"} if deleted else None
+    if not Server.objects.filter(pk=server_id).exists():
+        return None
+    row, _ = ConnectionStatus.objects.update_or_create(
+        server_id=server_id,
+        owner=owner,
+        defaults={
+            "status": status,
+            "error_kind": failure.kind if failure else "",
+            "error": failure.message if failure else "",
+            "worker": worker,
+        },
+    )
+    return row.as_event()

@@ -10,7 +10,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from servers.models import Server
 
-from . import actions, tasks
+from . import actions, affinity, tasks
 from .worker import user_group
 
 MAX_MESSAGE_BYTES = 1_000_000
@@ -116,7 +116,7 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         server_id = _server_id(content)
         if not await self._can_see(server_id):
             raise MessageError("Unknown server.")
-        await database_sync_to_async(tasks.list_tools.delay)(server_id, self.user.pk, bool(content.get("refresh")))
+        await database_sync_to_async(self._send_list_tools)(server_id, bool(content.get("refresh")))
 
     async def on_test_connection(self, content: dict[str, Any], ref: Any) -> None:
         server_id = _server_id(content)
@@ -210,6 +210,12 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
 
     def _pending_approvals(self) -> list[dict[str, Any]]:
         return [approval.as_event() for approval in actions.do_list_pending_approvals(self.user)]
+
+    def _send_list_tools(self, server_id: int, refresh: bool) -> None:
+        # To the worker holding this user's session, so listing does not open a second one elsewhere.
+        server = Server.objects.get(pk=server_id)
+        key = affinity.connection_key_for(server, self.user.pk)
+        affinity.send(tasks.list_tools, key, (server_id, self.user.pk, refresh))
 
     @database_sync_to_async
     def _can_see(self, server_id: int) -> bool:

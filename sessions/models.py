@@ -250,3 +250,42 @@ class AuditEvent(models.Model):
 
     def delete(self, *args: Any, **kwargs: Any) -> Any:
         raise PermissionError("The audit log is append-only.")
+
+
+class ConnectionState(models.TextChoices):
+    CONNECTED = "connected", "Connected"
+    PENDING = "pending", "Connecting"
+    NEEDS_AUTH = "needs-auth", "Needs authorization"
+    FAILED = "failed", "Failed"
+    DISABLED = "disabled", "Disabled"
+
+
+class ConnectionStatus(models.Model):
+    """The live state of one (server, owner) connection, as the worker holding it last saw it.
+
+    `owner` is the pool key's credential owner ("user:<id>", or "team:<id>" for a shared server).
+    A closed connection has no row: the page then shows it as not connected.
+    """
+
+    server = models.ForeignKey("servers.Server", on_delete=models.CASCADE, related_name="connection_statuses")
+    owner = models.CharField(max_length=40)
+    status = models.CharField(max_length=12, choices=ConnectionState.choices)
+    error_kind = models.CharField(max_length=40, blank=True)
+    error = models.TextField(blank=True)
+    worker = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["server", "owner"], name="one_status_per_connection")]
+
+    def __str__(self) -> str:
+        return f"{self.server_id}/{self.owner}: {self.status}"
+
+    def as_event(self) -> dict:
+        return {
+            "type": "connection.status",
+            "server": self.server_id,
+            "status": self.status,
+            "error_kind": self.error_kind,
+            "error": self.error,
+        }

@@ -4,7 +4,7 @@ from celery import shared_task
 from celery.signals import task_postrun, task_prerun, worker_init, worker_process_shutdown, worker_shutdown
 from django.db import close_old_connections
 
-from . import actions, worker
+from . import actions, affinity, worker
 
 
 @shared_task(name="sessions.run_tool_call")
@@ -69,6 +69,10 @@ def unsubscribe_resource(server_id: int, user_id: int, uri: str, subscriber: str
 
 @worker_init.connect
 def _on_worker_init(sender=None, **_kwargs) -> None:
+    # Besides the shared queue, each worker consumes a queue of its own, where the calls for the
+    # sessions it holds are routed (sessions/affinity.py). Needs one process per worker (-P threads).
+    if sender is not None:
+        sender.app.amqp.queues.select_add(affinity.own_queue())
     worker.start_heartbeat()
 
 

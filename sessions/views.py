@@ -16,6 +16,7 @@ from servers.models import Role, Server, Team
 from servers.permissions import describe_tools
 
 from . import audit
+from .mcp.naming import annotate_tools
 from .models import AuditEvent, AuditKind, CallStatus, ToolCall
 
 LIST_LIMIT = 200
@@ -32,7 +33,8 @@ def playground(request: HttpRequest) -> HttpResponse:
             "name": s.name,
             "team": s.team.name,
             "prefix": s.prefix,
-            "tools": s.tools,
+            # Summaries for the list (descriptions cut at 2,048 characters); the pane shows the full text.
+            "tools": annotate_tools(s.name, s.tools),
             "described": describe_tools(s, request.user.pk),
             "transport": s.transport,
         }

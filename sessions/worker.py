@@ -8,27 +8,29 @@ channel-layer group, from the pool loop so they stay in order.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import contextlib
 import logging
-import os
-import socket
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.cache import cache
 
 from servers import actions as server_actions
-from servers.models import Server
+from servers.models import Membership, Server
 from servers.permissions import describe_tools
 
-from . import actions
-from .mcp.config import ConnectionKey, ServerConfig
+from . import actions, affinity
+from .affinity import WORKER_NAME
+from .mcp.config import ConnectionKey, Negotiated, ServerConfig
 from .mcp.errors import ConnectionFailed, Failure
-from .mcp.pool import CallOutcome, ConnectionPool, PoolSettings
+from .mcp.pool import CallOutcome, ConnectionPool, PoolEvents, PoolSettings
 from .mcp.schema import validate_arguments
 from .models import CallStatus, ToolCall
 
@@ -36,7 +38,7 @@ log = logging.getLogger(__name__)
 
 _pool: ConnectionPool | None = None
 _pool_lock = threading.Lock()
-WORKER_NAME = f"{socket.gethostname()}:{os.getpid()}"
+_stopping = threading.Event()
 HEARTBEAT_KEY = "portal:worker-heartbeat"
 
 
@@ -50,13 +52,20 @@ def get_pool() -> ConnectionPool:
                     idle_seconds=settings.MCP_POOL_IDLE_SECONDS,
                     local_batch=settings.MCP_SERVER_CONNECTION_BATCH_SIZE,
                     remote_batch=settings.MCP_REMOTE_SERVER_CONNECTION_BATCH_SIZE,
-                )
+                    health_seconds=settings.MCP_HEALTH_CHECK_SECONDS,
+                ),
+                WorkerEvents(),
             )
         return _pool
 
 
 def shutdown_pool() -> None:
     global _pool
+    _stopping.set()  # no more heartbeats: the router must stop sending calls here
+    try:
+        affinity.stop()
+    except Exception:  # noqa: BLE001 - the cache may be gone already; the TTL covers it
+        log.debug("could not clear the heartbeat", exc_info=True)
     with _pool_lock:
         pool, _pool = _pool, None
     if pool is not None:
@@ -68,12 +77,90 @@ def user_group(user_id: int) -> str:
 
 
 def connection_key(server: Server, config: ServerConfig, user_id: int) -> ConnectionKey:
-    # One session per (server, user): a stdio process holding one user's state never serves another.
-    return ConnectionKey.for_owner(server.pk, config, f"user:{user_id}")
+    # One session per (server, user) unless the server is shared: a stdio process holding one
+    # user's state never serves another.
+    return ConnectionKey.for_owner(server.pk, config, server.connection_owner(user_id))
 
 
 async def _publish(user_id: int, event: dict[str, Any]) -> None:
     await get_channel_layer().group_send(user_group(user_id), {"type": "portal.event", "event": event})
+
+
+def owner_user_ids(owner: str) -> list[int]:
+    """The people who see a connection: its user, or every member of the team sharing it."""
+    kind, _, ident = owner.partition(":")
+    if kind == "user":
+        return [int(ident)]
+    return list(Membership.objects.filter(team_id=int(ident)).values_list("user_id", flat=True))
+
+
+class WorkerEvents(PoolEvents):
+    """The pool's news, turned into rows and browser events.
+
+    Called on the pool loop. The routing entry is written at once (the next call must find it);
+    rows and browser events go through an ordered queue drained by one task, so a slow database
+    or channel layer never holds up a connection or a call.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: asyncio.Queue[Callable[[], Awaitable[None]]] | None = None
+        self._drainer: asyncio.Task[None] | None = None
+
+    def _later(self, job: Callable[[], Awaitable[None]]) -> None:
+        if self._jobs is None:
+            self._jobs = asyncio.Queue()
+            self._drainer = asyncio.get_running_loop().create_task(self._drain(self._jobs))
+        self._jobs.put_nowait(job)
+
+    async def aclose(self) -> None:
+        if self._jobs is not None and self._drainer is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._jobs.join(), 5.0)
+            self._drainer.cancel()
+
+    @staticmethod
+    async def _drain(jobs: asyncio.Queue[Callable[[], Awaitable[None]]]) -> None:
+        while True:
+            job = await jobs.get()
+            try:
+                await job()
+            except Exception:  # noqa: BLE001 - bookkeeping must never stop the queue
+                log.warning("could not record a connection event", exc_info=True)
+            finally:
+                jobs.task_done()
+
+    async def status(self, key: ConnectionKey, config: ServerConfig, status: str, failure: Failure | None) -> None:
+        try:
+            if status == "connected":
+                affinity.record([key])
+            elif status in ("closed", "failed", "needs-auth"):
+                affinity.forget(key)
+        except Exception:  # noqa: BLE001 - a cache outage costs affinity, not the call
+            log.warning("could not update the routing of %s", key, exc_info=True)
+
+        async def record() -> None:
+            event = await database_sync_to_async(actions.do_set_connection_status)(
+                key.server_id, key.owner, status, failure, WORKER_NAME
+            )
+            if event is not None:
+                for user_id in await database_sync_to_async(owner_user_ids)(key.owner):
+                    await _publish(user_id, event)
+
+        self._later(record)
+
+    async def tools_changed(self, key: ConnectionKey, config: ServerConfig) -> None:
+        async def tell() -> None:
+            # Open playgrounds and server pages list the tools again when they hear this.
+            for user_id in await database_sync_to_async(owner_user_ids)(key.owner):
+                await _publish(user_id, {"type": "tools.changed", "server": key.server_id})
+
+        self._later(tell)
+
+    async def negotiated(self, key: ConnectionKey, config: ServerConfig, negotiated: Negotiated) -> None:
+        async def remember() -> None:
+            await database_sync_to_async(server_actions.do_record_negotiated)(key.server_id, negotiated.as_dict())
+
+        self._later(remember)
 
 
 def publish(user_id: int, event: dict[str, Any]) -> None:
@@ -104,6 +191,7 @@ def execute_tool_call(call_id: str) -> None:
             duration_ms=outcome.duration_ms,
             decision=call.decision,
             call=call,
+            worker=WORKER_NAME,
         )
     except Exception as exc:  # noqa: BLE001 - the record must end, whatever broke
         log.exception("tool call %s failed inside the worker", call_id)
@@ -126,6 +214,8 @@ def _details(outcome: CallOutcome) -> dict[str, Any]:
             details["status_code"] = outcome.failure.status_code
     if outcome.errors:
         details["errors"] = outcome.errors
+    if outcome.retried:
+        details["retried"] = "the session had expired; the call ran again on a new one"
     return details
 
 
@@ -234,6 +324,9 @@ def execute_test_connection(server_id: int, user_id: int) -> None:
         result: dict[str, Any] = {"ok": False, **exc.failure.as_dict()}
     else:
         server_actions.do_record_tools(server_id, info.pop("tools"))
+        negotiated = info.pop("negotiated", None)
+        if negotiated and server.protocol == "auto":
+            server_actions.do_record_negotiated(server_id, negotiated)
         result = {"ok": True, **info}
     server_actions.do_record_test(server_id, result)
     publish(user_id, {"type": "connection.tested", "server": server_id, **result})
@@ -368,17 +461,22 @@ def execute_unsubscribe_resource(server_id: int, user_id: int, uri: str, subscri
 
 
 def start_heartbeat(name: str = WORKER_NAME) -> threading.Thread:
-    """Tell /healthz this worker is alive, every few seconds, from a thread of its own."""
+    """Tell /healthz and the call router this worker is alive, every few seconds, from a thread of
+    its own; and keep the sessions it holds routed to it (sessions/affinity.py)."""
     interval = settings.PORTAL_WORKER_HEARTBEAT_SECONDS
+    _stopping.clear()
 
     def beat() -> None:
-        while True:
+        while not _stopping.is_set():
             try:
                 now = time.time()
-                cache.set(HEARTBEAT_KEY, {"worker": name, "at": now}, timeout=int(interval * 3) + 1)
+                cache.set(HEARTBEAT_KEY, {"worker": name, "at": now}, timeout=affinity.heartbeat_ttl())
+                affinity.beat(name)
+                if _pool is not None:
+                    affinity.record(_pool.keys(), name)
             except Exception:  # noqa: BLE001 - a cache outage must not kill the worker
                 log.warning("worker heartbeat failed", exc_info=True)
-            time.sleep(interval)
+            _stopping.wait(interval)
 
     thread = threading.Thread(target=beat, name="portal-heartbeat", daemon=True)
     thread.start()

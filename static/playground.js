@@ -45,7 +45,9 @@ function renderToolList() {
       "aria-current": current ? "true" : null,
       "data-tool": tool.name,
       onclick: () => selectTool(tool.name),
-    }, h("span", { class: "tool-name", text: tool.title || tool.name }), h("code", { class: "small", text: tool.name }))));
+    }, h("span", { class: "tool-name", text: tool.title || tool.name }), h("code", { class: "small", text: tool.name }),
+      // The list shows the summary (cut at 2,048 characters); the tool pane shows the full description.
+      h("span", { class: "tool-summary", text: tool.summary ?? "" }))));
   }
   if (focused !== undefined) [...list.querySelectorAll("button.tool")].find((b) => b.dataset.tool === focused)?.focus();
 }
@@ -390,6 +392,13 @@ const socket = connect({
       }
     } else if (event.type === "approvals" || event.type?.startsWith("approval.")) {
       onApprovalEvent(event);
+    } else if (event.type === "tools.changed") {
+      // The server changed its tool list: the worker dropped its cache; list again if we show it.
+      const server = servers.get(event.server);
+      if (server && server === state.server) {
+        $("tools-status").textContent = "The server's tools changed; listing them again…";
+        socket.send({ type: "list_tools", server: server.id, refresh: true });
+      }
     } else if (event.type === "error") {
       if (typeof event.ref === "string" && event.ref.startsWith("approval:")) {
         $("approval-error").textContent = event.message;

@@ -1,4 +1,5 @@
 import { connect, h } from "./ws.js";
+import { updateConnectionBadges } from "./connection-status.js";
 
 const section = document.getElementById("test-connection");
 const serverId = Number(section.dataset.server);
@@ -23,9 +24,52 @@ function render(test) {
   }
 }
 
+// -- tools: "Refresh tools" asks a worker to list them again, through this user's session ------------
+
+const toolsSection = document.getElementById("tools");
+const toolList = document.getElementById("tool-list");
+const toolsStatus = document.getElementById("tools-status");
+const refreshButton = document.getElementById("refresh-tools");
+
+function renderTools(tools) {
+  document.getElementById("tool-count").textContent = String(tools.length);
+  toolList.replaceChildren(
+    ...tools.map((tool) => {
+      const link = new URL(toolsSection.dataset.playground, location.href);
+      link.searchParams.set("server", serverId);
+      link.searchParams.set("tool", tool.name);
+      const annotations = tool.annotations || {};
+      return h("li", {},
+        h("a", { href: link.pathname + link.search }, h("strong", { text: tool.title || tool.name })), " ",
+        h("code", { class: "small", text: tool.full_name || tool.name }), " ",
+        annotations.readOnlyHint ? h("span", { class: "badge ok", text: "read-only" }) : null,
+        annotations.destructiveHint ? h("span", { class: "badge error", text: "destructive" }) : null,
+        h("div", { class: "muted small", text: tool.summary ?? tool.description ?? "" }));
+    }),
+  );
+  if (!tools.length) toolList.append(h("li", { class: "muted", text: "The server lists no tools." }));
+}
+
+function refreshTools(reason) {
+  if (refreshButton) refreshButton.disabled = true;
+  toolsStatus.textContent = reason || "Listing tools…";
+  socket.send({ type: "list_tools", server: serverId, refresh: true });
+}
+
 const socket = connect({
   onEvent(event) {
-    if (event.type === "connection.tested" && event.server === serverId) {
+    updateConnectionBadges(event);
+    if (event.type === "tools" && event.server === serverId) {
+      if (refreshButton) refreshButton.disabled = false;
+      if (event.error) {
+        toolsStatus.textContent = `Cannot list tools: ${event.error.message}`;
+      } else {
+        renderTools(event.tools);
+        toolsStatus.textContent = "Listed just now.";
+      }
+    } else if (event.type === "tools.changed" && event.server === serverId) {
+      refreshTools("The server says its tools changed; listing them again…");
+    } else if (event.type === "connection.tested" && event.server === serverId) {
       render(event);
       if (button) button.disabled = false;
     } else if (event.type === "error" && button) {
@@ -34,6 +78,8 @@ const socket = connect({
     }
   },
 });
+
+refreshButton?.addEventListener("click", () => refreshTools());
 
 button?.addEventListener("click", () => {
   button.disabled = true;

@@ -219,3 +219,99 @@ def worker(django_db_setup, django_db_blocker) -> Iterator[dict]:
         finally:
             stop(process)
             log.close()
+
+
+# -- more real MCP servers: other transports, other eras (docs/connections.md) -------------------
+
+
+class ServerProcess:
+    """A demo server process on a fixed port that a test may stop and start again (a restart)."""
+
+    def __init__(self, *args: str):
+        self.port = free_port()
+        self.args = args
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> ServerProcess:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "sessions.mcp.demo_server", *self.args, "--port", str(self.port)],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for_port(self.port, process=self.process)
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop(self.process)
+            self.process = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+@pytest.fixture(scope="session")
+def demo_sse_url() -> Iterator[str]:
+    server = ServerProcess("sse").start()
+    yield f"http://127.0.0.1:{server.port}/sse"
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def demo_websocket_url() -> Iterator[str]:
+    server = ServerProcess("websocket").start()
+    yield f"ws://127.0.0.1:{server.port}/"
+    server.stop()
+
+
+@pytest.fixture
+def restartable_http_server() -> Iterator[ServerProcess]:
+    server = ServerProcess("http").start()
+    yield server
+    server.stop()
+
+
+MCP1_REQUIREMENTS = ROOT / "tests" / "requirements-mcp1.txt"
+
+
+@pytest.fixture(scope="session")
+def mcp1_python() -> str:
+    """A Python with the 1.x SDK (handshake era only), in a venv of its own under var/, kept between runs.
+
+    Skipped only when PyPI cannot be reached, and never in CI (CI=true), where it must run.
+    """
+    import hashlib
+    import venv
+
+    pins = MCP1_REQUIREMENTS.read_text()
+    home = Path(settings.VAR_DIR) / f"mcp1-venv-{hashlib.sha256(pins.encode()).hexdigest()[:8]}"
+    python = home / "bin" / "python"
+    ready = home / ".ready"
+    if ready.exists():
+        return str(python)
+    try:
+        venv.EnvBuilder(with_pip=True, clear=True).create(home)
+        subprocess.run(
+            [
+                str(python),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "-r",
+                str(MCP1_REQUIREMENTS),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=600,
+        )
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as exc:
+        output = getattr(exc, "stderr", b"") or b""
+        if os.environ.get("CI") or b"Could not find a version" not in output and b"connection" not in output.lower():
+            raise
+        pytest.skip(f"PyPI is unreachable, so the mcp 1.x server cannot be installed: {output[-300:]!r}")
+    ready.touch()
+    return str(python)

@@ -53,15 +53,15 @@ def test_the_preview_shows_each_entry_and_creates_nothing(alice):
     )
     assert response.status_code == 200
     page = response.content.decode()
-    assert 'id="import-preview"' in page and "Create 3 servers" in page
+    assert 'id="import-preview"' in page and "Create 4 servers" in page
     plan = response.context["plan"]
     assert [(e.name, e.transport, e.status) for e in plan.entries] == [
         ("filesystem", "stdio", "new"),
         ("github", "stdio", "new"),
         ("linear", "http", "new"),
-        ("legacy", "sse", "unsupported"),
+        ("legacy", "sse", "new"),  # SSE is a transport the portal runs
     ]
-    assert "<code>${GITHUB_TOKEN}</code>" in page and "not supported yet" in page
+    assert "<code>${GITHUB_TOKEN}</code>" in page
     assert Server.objects.count() == 0
 
 
@@ -71,7 +71,7 @@ def test_create_makes_the_new_servers_with_placeholders_kept(alice):
     )
     assert response.status_code == 302 and response["Location"] == "/servers/"
     servers = {s.name: s for s in Server.objects.all()}
-    assert set(servers) == {"filesystem", "github", "linear"}
+    assert set(servers) == {"filesystem", "github", "linear", "legacy"}
     assert servers["github"].env == {"GITHUB_TOKEN": "${GITHUB_TOKEN}"} and servers["github"].created_by == alice
     assert servers["linear"].headers == {"Authorization": "Bearer ${LINEAR_KEY}"}
     assert servers["filesystem"].args[-1] == "/tmp" and servers["filesystem"].team == acme(alice)
@@ -80,7 +80,7 @@ def test_create_makes_the_new_servers_with_placeholders_kept(alice):
 def test_an_uploaded_file_works_like_a_pasted_one(alice):
     upload = SimpleUploadedFile("claude_desktop_config.json", json.dumps(CONFIG).encode("utf-8-sig"))
     response = logged_in(alice).post("/servers/import/", {"team": acme(alice).pk, "upload": upload, "preview": ""})
-    assert len(response.context["plan"].to_create) == 3
+    assert len(response.context["plan"].to_create) == 4
 
 
 def test_an_entry_in_error_blocks_everything_and_says_why(alice):
@@ -112,7 +112,7 @@ def test_importing_twice_creates_nothing_twice(alice):
     again = client.post("/servers/import/", {"team": acme(alice).pk, "config": json.dumps(CONFIG), "preview": ""})
     assert {e.name: e.status for e in again.context["plan"].entries}["github"] == "duplicate"
     client.post("/servers/import/", data)
-    assert Server.objects.count() == 3
+    assert Server.objects.count() == 4
 
 
 def test_members_cannot_import_and_admins_only_into_their_own_teams(alice, bob, carol):
@@ -150,12 +150,12 @@ def test_the_management_commands_round_trip(alice, carol, tmp_path):
     path.write_text(json.dumps(CONFIG))
     out = io.StringIO()
     call_command("import_servers", str(path), "--team", "Acme", stdout=out)
-    assert "Created 3 server(s) in Acme." in out.getvalue()
-    assert "unsupported legacy" in out.getvalue() and "${GITHUB_TOKEN}" in out.getvalue()
+    assert "Created 4 server(s) in Acme." in out.getvalue()
+    assert "new         legacy" in out.getvalue() and "${GITHUB_TOKEN}" in out.getvalue()
     exported, notes = io.StringIO(), io.StringIO()
     call_command("export_servers", "--team", "Acme", stdout=exported, stderr=notes)
     first = json.loads(exported.getvalue())
-    assert set(first["mcpServers"]) == {"filesystem", "github", "linear"} and notes.getvalue() == ""
+    assert set(first["mcpServers"]) == {"filesystem", "github", "linear", "legacy"} and notes.getvalue() == ""
     # Into another team: the same servers; exported again: the same file.
     again = tmp_path / "exported.json"
     again.write_text(exported.getvalue())
@@ -185,7 +185,7 @@ def test_the_import_command_refuses_errors_and_ambiguity(alice, carol, tmp_path)
     good.write_text(json.dumps(CONFIG))
     out = io.StringIO()
     call_command("import_servers", str(good), "--team", "Acme", "--dry-run", stdout=out)
-    assert "Would create 3 server(s)" in out.getvalue() and Server.objects.count() == 0
+    assert "Would create 4 server(s)" in out.getvalue() and Server.objects.count() == 0
 
 
 def test_the_catalog_shows_counts_status_and_what_each_server_needs(alice, bob, carol):

@@ -102,6 +102,21 @@ def test_idle_connections_are_closed(pool):
     assert len(pool) == 0
 
 
+def test_the_least_recently_used_idle_connection_makes_room_over_the_cap(pool):
+    pool.settings.max_connections = 2
+    config = stdio_demo()
+    keys = [ConnectionKey.for_owner(1, config, f"user:{n}") for n in (1, 2, 3)]
+
+    async def scenario():
+        for key in keys[:2]:
+            await pool.call_tool(key, config, "echo", {"message": "x"})
+        await pool.call_tool(keys[0], config, "echo", {"message": "touch the first again"})
+        await pool.call_tool(keys[2], config, "echo", {"message": "x"})
+        return list(pool._connections)
+
+    assert pool.run(scenario(), timeout=60) == [keys[0], keys[2]]
+
+
 def test_the_probe_reports_the_handshake(pool):
     info = pool.run(pool.probe(stdio_demo()), timeout=60)
     assert info["server_name"] == "portal-demo" and info["server_version"] == "1.0.0"
@@ -156,6 +171,26 @@ def test_diagnosis_handshake_timeout(pool):
     )
     failure = probe_failure(pool, silent)
     assert failure.kind == "timeout" and "no handshake within 1 s" in failure.message
+
+
+def test_callers_waiting_on_an_opening_that_times_out_all_get_the_diagnosis(pool):
+    import asyncio
+
+    silent = ServerConfig(
+        name="x",
+        transport="stdio",
+        command=sys.executable,
+        args=("-c", "import time; time.sleep(60)"),
+        connect_timeout=1,
+    )
+    key = ConnectionKey.for_owner(1, silent, "user:1")
+
+    async def together():
+        return await asyncio.gather(*(pool.call_tool(key, silent, "echo", {"message": "x"}) for _ in range(3)))
+
+    outcomes = pool.run(together(), timeout=60)
+    assert [(o.status, o.failure.kind) for o in outcomes] == [("timed_out", "timeout")] * 3
+    assert all("no handshake within 1 s" in o.failure.message for o in outcomes)
 
 
 def test_a_request_timeout_keeps_the_connection_usable(pool):

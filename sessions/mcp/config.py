@@ -4,17 +4,63 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
-Transport = Literal["stdio", "http"]
-TRANSPORTS: tuple[Transport, ...] = ("stdio", "http")
+Transport = Literal["stdio", "http", "sse", "websocket"]
+TRANSPORTS: tuple[Transport, ...] = ("stdio", "http", "sse", "websocket")
 LOCAL_TRANSPORTS: frozenset[str] = frozenset({"stdio"})
+
+# The protocol eras (docs/connections.md): "auto" probes server/discover and falls back to the
+# initialize handshake; "legacy" always shakes hands; "modern" speaks 2026-07-28 only.
+Protocol = Literal["auto", "legacy", "modern"]
+PROTOCOLS: tuple[Protocol, ...] = ("auto", "legacy", "modern")
+MODERN_VERSION = "2026-07-28"
+
+
+@dataclass(frozen=True)
+class Negotiated:
+    """What a server answered last time, remembered so the next connect skips the discover probe.
+
+    `era` is "legacy" (the initialize handshake) or "modern"; `discover` is the server's
+    DiscoverResult as JSON (modern only). Only trusted for the config `fingerprint` it was seen with.
+    """
+
+    era: str
+    protocol_version: str = ""
+    discover: dict[str, Any] | None = None
+    fingerprint: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "era": self.era,
+            "protocol_version": self.protocol_version,
+            "discover": self.discover,
+            "fingerprint": self.fingerprint,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Negotiated | None:
+        if not data or data.get("era") not in ("legacy", "modern"):
+            return None
+        discover = data.get("discover")
+        return cls(
+            era=str(data["era"]),
+            protocol_version=str(data.get("protocol_version") or ""),
+            discover=dict(discover) if isinstance(discover, Mapping) else None,
+            fingerprint=str(data.get("fingerprint") or ""),
+        )
 
 
 @dataclass(frozen=True)
 class ServerConfig:
-    """A server's connection settings: plain data, built by Django code from a `Server` row."""
+    """A server's connection settings: plain data, built by Django code from a `Server` row.
+
+    Text fields may hold `${VAR}` / `${VAR:-default}` references; they are expanded from
+    `variables` (a sequence of mappings, first match wins) only when a connection opens
+    (sessions/mcp/variables.py), so expanded secrets live in no stored row, key or log.
+    """
 
     name: str
     transport: Transport
@@ -26,6 +72,13 @@ class ServerConfig:
     headers: dict[str, str] = field(default_factory=dict)
     request_timeout: float = 60.0
     connect_timeout: float = 30.0
+    # Restart the request deadline whenever the server reports progress, so a long tool that
+    # keeps saying how far it got is not cut off (the SDK cannot reset its own timeout).
+    reset_timeout_on_progress: bool = False
+    protocol: Protocol = "auto"
+    negotiated: Negotiated | None = None
+    # Where `${VAR}` comes from; left out of equality, repr and the fingerprint.
+    variables: tuple[Mapping[str, str], ...] = field(default=(), compare=False, repr=False)
 
     @property
     def is_local(self) -> bool:
@@ -36,7 +89,8 @@ class ServerConfig:
 
         Part of the pool key, so that editing a server's command or URL gives the next
         call a fresh connection instead of the stale one. Timeouts apply per request and
-        are left out: changing them must not cost a reconnect.
+        are left out: changing them must not cost a reconnect. The text is hashed before
+        `${VAR}` expansion, so no secret value feeds a key that is stored in the cache.
         """
         shape = {
             "transport": self.transport,
@@ -46,8 +100,24 @@ class ServerConfig:
             "cwd": self.cwd,
             "url": self.url,
             "headers": self.headers,
+            "protocol": self.protocol,
         }
         return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
+
+    def connect_mode(self) -> tuple[str, dict[str, Any] | None]:
+        """The SDK's `mode=` and the DiscoverResult to adopt, from the setting and what was remembered."""
+        if self.protocol == "legacy":
+            return "legacy", None
+        remembered = self.negotiated if self.negotiated and self.negotiated.fingerprint == self.fingerprint() else None
+        if self.protocol == "modern":
+            return MODERN_VERSION, remembered.discover if remembered and remembered.era == "modern" else None
+        if remembered is None:
+            return "auto", None
+        if remembered.era == "legacy":
+            return "legacy", None
+        if remembered.discover is not None:
+            return MODERN_VERSION, remembered.discover
+        return "auto", None
 
 
 @dataclass(frozen=True)
@@ -61,3 +131,6 @@ class ConnectionKey:
     @classmethod
     def for_owner(cls, server_id: int, config: ServerConfig, owner: str) -> ConnectionKey:
         return cls(server_id, config.fingerprint(), owner)
+
+    def __str__(self) -> str:
+        return f"{self.server_id}:{self.fingerprint}:{self.owner}"

@@ -1,8 +1,10 @@
 """The demo MCP server shipped with the portal, so a newcomer can try the playground at once.
 
-Run it over stdio (`python -m sessions.mcp.demo_server`) or Streamable HTTP
-(`python -m sessions.mcp.demo_server http --port 8765`). It is also the test suite's
-real server: every tool here is exercised end to end.
+Run it over stdio (`python -m sessions.mcp.demo_server`), Streamable HTTP
+(`python -m sessions.mcp.demo_server http --port 8765`), legacy SSE (`sse`) or WebSocket
+(`websocket`, subprotocol "mcp"). `--require-header NAME=VALUE` answers HTTP 401 to
+requests without that header. It is also the test suite's real server: every tool here is
+exercised end to end.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import base64
 import json
 import os
 import struct
+import subprocess
 import sys
 import zlib
 from typing import Annotated, Any, Literal
@@ -329,18 +332,126 @@ async def complete(
     return Completion(values=values, total=len(values), has_more=False)
 
 
+@server.tool(
+    title="Spawn a child process",
+    description="Start a child process that sleeps (stubborn: it ignores SIGINT and SIGTERM); returns its pid.",
+    annotations=ToolAnnotations(destructiveHint=False),
+)
+def spawn(stubborn: bool = False) -> dict[str, int]:
+    ignore = "import signal; [signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)]; "
+    code = (ignore if stubborn else "") + "import time; time.sleep(3600)"
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    return {"pid": child.pid, "server_pid": os.getpid()}
+
+
+def _extra_tool() -> str:
+    """A tool that comes and goes with `toggle_tool`."""
+    return "here"
+
+
+@server.tool(
+    title="Toggle a tool",
+    description="Add or remove the tool `extra` and tell the client its tool list changed.",
+    annotations=ToolAnnotations(readOnlyHint=False),
+)
+async def toggle_tool(ctx: Context) -> str:
+    names = {tool.name for tool in await server.list_tools()}
+    if "extra" in names:
+        server.remove_tool("extra")
+        state = "removed"
+    else:
+        server.add_tool(_extra_tool, name="extra", description="Appears and disappears with toggle_tool.")
+        state = "added"
+    # The handshake era sends a notification; 2026-07-28 publishes to subscriptions/listen streams.
+    try:
+        await ctx.notify_tools_changed()
+    except Exception:  # noqa: BLE001 - not available in this era
+        pass
+    try:
+        await ctx.request_context.session.send_tool_list_changed()
+    except Exception:  # noqa: BLE001 - not available in this era
+        pass
+    return state
+
+
+def _require_header(app, header: str):
+    """Wrap an ASGI app: requests without `NAME: VALUE` get HTTP 401, as a server needing a token would."""
+    name, _, value = header.partition("=")
+    wanted = (name.strip().lower().encode(), value.strip().encode())
+
+    async def guarded(scope, receive, send):
+        if scope["type"] == "http" and wanted not in [(k.lower(), v) for k, v in scope.get("headers", [])]:
+            await send({"type": "http.response.start", "status": 401, "headers": [(b"www-authenticate", b"Bearer")]})
+            await send({"type": "http.response.body", "body": b"unauthorized"})
+            return
+        await app(scope, receive, send)
+
+    return guarded
+
+
+def _serve_http(transport: str, host: str, port: int, require_header: str | None) -> None:
+    import uvicorn
+
+    app = server.streamable_http_app(host=host) if transport == "http" else server.sse_app(host=host)
+    if require_header:
+        app = _require_header(app, require_header)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+async def _serve_websocket(host: str, port: int) -> None:
+    """MCP over WebSocket: one JSON-RPC message per text frame, subprotocol "mcp"."""
+    import anyio
+    from mcp.shared.message import SessionMessage
+    from mcp.types import jsonrpc_message_adapter
+    from websockets.asyncio.server import serve
+
+    lowlevel = server._lowlevel_server
+
+    async def handle(socket) -> None:
+        read_writer, read_stream = anyio.create_memory_object_stream(0)
+        write_stream, write_reader = anyio.create_memory_object_stream(0)
+
+        async def receive() -> None:
+            async with read_writer:
+                async for frame in socket:
+                    try:
+                        await read_writer.send(SessionMessage(jsonrpc_message_adapter.validate_json(frame)))
+                    except ValueError as exc:
+                        await read_writer.send(exc)
+
+        async def send() -> None:
+            async with write_reader:
+                async for message in write_reader:
+                    await socket.send(
+                        json.dumps(message.message.model_dump(by_alias=True, mode="json", exclude_unset=True))
+                    )
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(receive)
+                tg.start_soon(send)
+                await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+                tg.cancel_scope.cancel()
+        except Exception:  # noqa: BLE001 - one client's broken socket must not stop the server
+            pass
+
+    async with serve(handle, host, port, subprotocols=["mcp"]) as ws_server:
+        await ws_server.serve_forever()
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("transport", nargs="?", choices=["stdio", "http", "sse"], default="stdio")
+    parser.add_argument("transport", nargs="?", choices=["stdio", "http", "sse", "websocket"], default="stdio")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--require-header", help="NAME=VALUE: answer HTTP 401 without it (http and sse)")
     args = parser.parse_args(argv)
     if args.transport == "stdio":
         server.run("stdio")
-    elif args.transport == "http":
-        server.run("streamable-http", host=args.host, port=args.port)
+    elif args.transport == "websocket":
+        asyncio.run(_serve_websocket(args.host, args.port))
     else:
-        server.run("sse", host=args.host, port=args.port)
+        _serve_http(args.transport, args.host, args.port, args.require_header)
 
 
 if __name__ == "__main__":

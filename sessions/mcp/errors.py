@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import errno
+import socket
+import ssl
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -12,8 +14,18 @@ import httpx2
 from mcp.shared.exceptions import MCPError
 
 from .config import ServerConfig
+from .variables import MissingVariable
+
+UNSUPPORTED_PROTOCOL_VERSION = -32022
 
 REQUEST_TIMEOUT = -32001
+SESSION_EXPIRED_MESSAGES = ("session not found", "session terminated")
+# The seeds' terminal connection errors: after three in a row the connection is closed and the
+# next use reconnects; anything else (a server's own error, a slow answer) resets the count.
+TERMINAL_ERRNOS = frozenset(
+    {errno.ECONNRESET, errno.ETIMEDOUT, errno.EPIPE, errno.EHOSTUNREACH, errno.ECONNREFUSED, errno.ENETUNREACH}
+)
+TERMINAL_MARKERS = ("stream ended", "sse stream disconnected", "failed to reconnect sse stream", "terminated")
 
 
 @dataclass
@@ -64,9 +76,52 @@ def is_connection_lost(exc: BaseException) -> bool:
     return isinstance(mcp_error, MCPError) and "connection closed" in str(mcp_error).lower()
 
 
+def is_session_expired(exc: BaseException, http_404_with_session: bool = False) -> bool:
+    """The server no longer knows our session: HTTP 404 on a request that carried `mcp-session-id`,
+    JSON-RPC -32001 "Session not found" (the spec's signal), or the SDK's "Session not found" /
+    "Session terminated". A plain 404 (a wrong URL) or a request timeout (also -32001) is not."""
+    mcp_error = _first(exc, MCPError)
+    if not isinstance(mcp_error, MCPError):
+        return False
+    message = mcp_error.error.message.lower()
+    return http_404_with_session or any(text in message for text in SESSION_EXPIRED_MESSAGES)
+
+
+def is_terminal(exc: BaseException) -> bool:
+    """A transport failure of the kinds the seeds count (ECONNRESET, ETIMEDOUT, EPIPE, EHOSTUNREACH,
+    ECONNREFUSED, a stream that ended), as opposed to an error the server itself answered with."""
+    for leaf in leaf_exceptions(exc):
+        seen: BaseException | None = leaf
+        while seen is not None:
+            if isinstance(seen, OSError) and seen.errno in TERMINAL_ERRNOS:
+                return True
+            if isinstance(seen, (ConnectionError, anyio.EndOfStream, anyio.BrokenResourceError, httpx2.TransportError)):
+                return True
+            if not isinstance(seen, MCPError) and any(m in str(seen).lower() for m in TERMINAL_MARKERS):
+                return True
+            seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def _http_status_failure(code: int, target: str, stderr_tail: str) -> Failure:
-    hint = {401: " (the server needs authorization)", 403: " (forbidden)", 404: " (wrong path?)"}.get(code, "")
+    if code == 401:
+        return Failure("needs_auth", f"HTTP 401 from {target}: the server needs authorization", stderr_tail, code)
+    hint = {403: " (forbidden)", 404: " (wrong path?)"}.get(code, "")
     return Failure("http_status", f"HTTP {code} from {target}{hint}", stderr_tail, status_code=code)
+
+
+def _tls_failure(exc: BaseException, target: str, stderr_tail: str) -> Failure | None:
+    tls = _first(exc, ssl.SSLError)
+    if tls is None:
+        for leaf in leaf_exceptions(exc):
+            text = str(leaf)
+            if "CERTIFICATE_VERIFY_FAILED" in text or "SSL" in text and "handshake" in text.lower():
+                tls = leaf
+                break
+    if tls is None:
+        return None
+    reason = getattr(tls, "verify_message", None) or getattr(tls, "reason", None) or str(tls)
+    return Failure("tls", f"TLS failed with {target}: {reason}", stderr_tail)
 
 
 def diagnose(
@@ -89,9 +144,22 @@ def diagnose(
         if isinstance(os_error, PermissionError):
             return Failure("command_not_executable", f"permission denied running {config.command}", stderr_tail)
 
+    missing = _first(exc, MissingVariable)
+    if isinstance(missing, MissingVariable):
+        return Failure("missing_variable", f"Cannot connect to {config.name}: {missing}.", stderr_tail)
+
     status_error = _first(exc, httpx2.HTTPStatusError)
     if isinstance(status_error, httpx2.HTTPStatusError):
         return _http_status_failure(status_error.response.status_code, target, stderr_tail)
+    if http_status is not None and _first(exc, MCPError) is None and not _first(exc, OSError):
+        return _http_status_failure(http_status, target, stderr_tail)
+
+    tls = _tls_failure(exc, target, stderr_tail)
+    if tls is not None:
+        return tls
+
+    if _first(exc, socket.gaierror) is not None:
+        return Failure("dns", f"cannot resolve the host of {target}: {_first(exc, socket.gaierror)}", stderr_tail)
 
     if _first(exc, ConnectionRefusedError) is not None:
         return Failure("connection_refused", f"connection refused by {target}", stderr_tail)
@@ -109,8 +177,18 @@ def diagnose(
     if timeout is not None:
         return Failure("timeout", f"{target} did not answer in time", stderr_tail)
 
+    version = _first(exc, RuntimeError)
+    if version is not None and ("protocol version" in str(version).lower() or "protocol_version" in str(version)):
+        return Failure("protocol_version", f"protocol version mismatch with {target}: {version}", stderr_tail)
+
     mcp_error = _first(exc, MCPError)
     if isinstance(mcp_error, MCPError):
+        if mcp_error.error.code == UNSUPPORTED_PROTOCOL_VERSION:
+            return Failure(
+                "protocol_version",
+                f"protocol version mismatch with {target}: {mcp_error.error.message}",
+                stderr_tail,
+            )
         if http_status is not None:
             return _http_status_failure(http_status, target, stderr_tail)
         if mcp_error.error.code == REQUEST_TIMEOUT:

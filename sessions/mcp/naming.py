@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 _INVALID = re.compile(r"[^a-zA-Z0-9_-]")
@@ -29,3 +30,46 @@ def summarize_description(description: str | None) -> str:
     if len(text) <= MAX_DESCRIPTION_LENGTH:
         return text
     return text[:MAX_DESCRIPTION_LENGTH] + TRUNCATED_SUFFIX
+
+
+MAX_FULL_NAME = 64
+
+
+def _suffix(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:6]
+
+
+def full_tool_names(server: str, tools: list[str]) -> dict[str, str]:
+    """Each tool's `mcp__<server>__<tool>` name: valid (^[a-zA-Z0-9_-]{1,64}$), unique and stable.
+
+    A name that normalizes onto another tool's name, or that is too long, gets a suffix made
+    from a hash of the original name, so it does not depend on the order or on the other tools
+    (a tool keeps its name when others come and go). A tool whose name needs no change keeps it.
+    """
+    prefix = f"mcp__{normalize_name(server)}__"
+    wanted: dict[str, list[str]] = {}
+    for tool in dict.fromkeys(tools):
+        wanted.setdefault(prefix + normalize_name(tool), []).append(tool)
+    names: dict[str, str] = {}
+    for candidate, originals in wanted.items():
+        for tool in originals:
+            name = candidate
+            # Of names that collide, only one can be unchanged by normalizing: it keeps the plain name.
+            if (len(originals) > 1 and normalize_name(tool) != tool) or len(name) > MAX_FULL_NAME:
+                tail = "_" + _suffix(tool)
+                name = name[: MAX_FULL_NAME - len(tail)] + tail
+            names[tool] = name
+    return names
+
+
+def annotate_tools(server: str, tools: list[dict]) -> list[dict]:
+    """Tools as the portal shows them: each with its `full_name` and a `summary` of its description."""
+    names = full_tool_names(server, [str(tool.get("name", "")) for tool in tools])
+    return [
+        {
+            **tool,
+            "full_name": names[str(tool.get("name", ""))],
+            "summary": summarize_description(tool.get("description")),
+        }
+        for tool in tools
+    ]

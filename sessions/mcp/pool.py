@@ -5,6 +5,8 @@ Each worker process owns one pool. A connection is memoized by `ConnectionKey`
 its tool list is cached until the server says it changed or a caller asks to refresh.
 The SDK requires a client to be entered and exited in the same task, so each
 connection lives inside one long-running task and calls reach it from other tasks.
+
+The lifecycle, every setting and what was measured are in docs/connections.md.
 """
 
 from __future__ import annotations
@@ -20,11 +22,21 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import anyio
 from mcp import Client, types
 from mcp.shared.exceptions import MCPError
 
-from .config import ConnectionKey, ServerConfig
-from .errors import ConnectionFailed, Failure, diagnose, is_connection_lost
+from .config import MODERN_VERSION, ConnectionKey, Negotiated, ServerConfig
+from .errors import (
+    ConnectionFailed,
+    Failure,
+    diagnose,
+    is_connection_lost,
+    is_session_expired,
+    is_terminal,
+)
+from .naming import annotate_tools
+from .processes import become_subreaper
 from .resource_subscriptions import ResourceSubscriptions, UpdateSink
 from .results import (
     call_result_to_dict,
@@ -36,16 +48,22 @@ from .results import (
     tool_to_dict,
 )
 from .transports import HttpTrace, open_transport, read_tail
+from .variables import MissingVariable, expand_config
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 CLIENT_INFO = types.Implementation(name="mcp-portal", version="0.1.0")
 MAX_LIST_PAGES = 100  # a server that hands out cursors forever must not hang the worker
+MAX_CONSECUTIVE_TERMINAL_ERRORS = 3  # the seeds' MAX_ERRORS_BEFORE_RECONNECT
+MAX_SESSION_RETRIES = 1  # the seeds' MAX_SESSION_RETRIES
 ProgressSink = Callable[[float, float | None, str | None], Awaitable[None]]
 # JSON-RPC errors that are the server's answer to one request (unknown resource or prompt,
 # bad arguments, a failing handler): the connection is fine, and the server's message says why.
 SERVER_REFUSALS = frozenset({types.METHOD_NOT_FOUND, types.INVALID_PARAMS, types.INTERNAL_ERROR, -32002})
+
+# Connection statuses as the portal shows them ("disabled" is the registry's, not the pool's).
+CONNECTED, PENDING, NEEDS_AUTH, FAILED, CLOSED = "connected", "pending", "needs-auth", "failed", "closed"
 
 
 @dataclass
@@ -55,6 +73,23 @@ class PoolSettings:
     local_batch: int = 3
     remote_batch: int = 20
     close_timeout: float = 5.0
+    health_seconds: float = 60.0  # 0 turns the periodic health check off
+
+
+class PoolEvents:
+    """What the pool tells its owner (the worker), on the pool's loop. Override what you need."""
+
+    async def status(self, key: ConnectionKey, config: ServerConfig, status: str, failure: Failure | None) -> None:
+        """A connection became connected / pending / needs-auth / failed, or was closed."""
+
+    async def tools_changed(self, key: ConnectionKey, config: ServerConfig) -> None:
+        """The server said its tool list changed; the cached list was dropped."""
+
+    async def negotiated(self, key: ConnectionKey, config: ServerConfig, negotiated: Negotiated) -> None:
+        """A connection negotiated an era other than the one the config remembers."""
+
+    async def aclose(self) -> None:
+        """The pool is shutting down, its connections closed: finish what is pending."""
 
 
 @dataclass
@@ -66,6 +101,13 @@ class CallOutcome:
     failure: Failure | None = None
     duration_ms: float = 0.0
     errors: list[dict[str, Any]] = field(default_factory=list)  # per-field argument errors
+    retried: bool = False  # the session had expired and the call ran again on a new one
+
+
+class RequestTimedOut(Exception):
+    def __init__(self, seconds: float):
+        super().__init__(f"no answer from the server within {seconds:g} s")
+        self.seconds = seconds
 
 
 @dataclass
@@ -73,11 +115,16 @@ class Connection:
     key: ConnectionKey | None
     config: ServerConfig
     on_closed: Callable[[Connection], None] = lambda _conn: None
+    on_tools_changed: Callable[[Connection], Awaitable[None]] | None = None
     client: Client | None = None
     tools: list[dict[str, Any]] | None = None
+    negotiated: Negotiated | None = None
     in_flight: int = 0
     last_used: float = field(default_factory=time.monotonic)
     closed: bool = False
+    terminal_errors: int = 0
+    ended_by: BaseException | None = None
+    open_failure: Failure | None = None
     _ready: asyncio.Future[None] | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
@@ -102,28 +149,49 @@ class Connection:
                     f"no handshake within {self.config.connect_timeout:g} s",
                     self.stderr_tail(),
                 )
+            self.open_failure = failure  # for the callers who waited on this same opening
             # A connection that never came up has nothing to shut down gracefully.
             await self.close(graceful=False)
             raise ConnectionFailed(failure) from exc
 
+    def _client(self, config: ServerConfig) -> Client:
+        mode, discover = config.connect_mode()
+        return Client(
+            open_transport(config, self._errlog, self.http),
+            mode=mode,
+            prior_discover=types.DiscoverResult.model_validate(discover) if discover else None,
+            client_info=CLIENT_INFO,
+            message_handler=self._on_message,
+            cache=None,  # the pool caches lists itself, per connection
+        )
+
     async def _live(self) -> None:
         assert self._ready is not None
         try:
-            client = Client(
-                open_transport(self.config, self._errlog, self.http),
-                mode="auto",
-                client_info=CLIENT_INFO,
-                message_handler=self._on_message,
-                cache=None,  # the pool caches lists itself, per connection
-            )
+            # Expanded here, on the way to the transport, and nowhere else: nothing stores the values.
+            config = expand_config(self.config)
+            client = self._client(config)
             async with client:
+                if config.connect_mode() == (MODERN_VERSION, None):
+                    # "modern" with nothing remembered: the SDK would adopt an empty stand-in, so
+                    # ask the server once; a handshake-only server fails here, with its error.
+                    raw = await client.session.send_discover(MODERN_VERSION)
+                    client.session.adopt(types.DiscoverResult.model_validate(raw))
                 self.client = client
-                self._ready.set_result(None)
-                await self._stop.wait()
+                self.negotiated = self._what_was_negotiated(client)
+                async with anyio.create_task_group() as tg:
+                    if self.negotiated.era == "modern" and client.server_capabilities.tools is not None:
+                        tg.start_soon(self._listen_for_changes, client)
+                    self._ready.set_result(None)
+                    await self._stop.wait()
+                    tg.cancel_scope.cancel()
         except BaseException as exc:  # noqa: BLE001 - every way out must release the waiters
             if not self._ready.done():
-                self._ready.set_exception(exc)
+                # Never hand a CancelledError to the waiters: to them it would look like their own.
+                closed = ConnectionError("the connection was closed before its handshake finished")
+                self._ready.set_exception(closed if isinstance(exc, asyncio.CancelledError) else exc)
             elif not isinstance(exc, asyncio.CancelledError):
+                self.ended_by = exc
                 log.info("connection to %s ended: %r", self.config.name, exc)
         finally:
             self.closed = True
@@ -133,13 +201,55 @@ class Connection:
                 self._last_stderr = self.stderr_tail()
                 self._errlog.close()
 
+    def _what_was_negotiated(self, client: Client) -> Negotiated:
+        discover = client.session.discover_result
+        return Negotiated(
+            era="modern" if discover is not None else "legacy",
+            protocol_version=client.protocol_version,
+            discover=dump(discover) if discover is not None else None,
+            fingerprint=self.config.fingerprint(),
+        )
+
+    async def _listen_for_changes(self, client: Client) -> None:
+        """In 2026-07-28 change notifications arrive only on a `subscriptions/listen` stream."""
+        try:
+            async with client.listen(tools_list_changed=True) as subscription:
+                async for _event in subscription:
+                    await self._tools_changed()
+        except Exception as exc:  # noqa: BLE001 - a server without listen still serves calls
+            log.debug("no change stream from %s: %r", self.config.name, exc)
+
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
-            self.tools = None
+            await self._tools_changed()
         elif isinstance(message, types.ResourceUpdatedNotification) and self.subscriptions is not None:
             await self.subscriptions.on_notification(str(message.params.uri))
+        elif isinstance(message, Exception):
+            self.record(message)
+
+    async def _tools_changed(self) -> None:
+        self.tools = None
+        if self.on_tools_changed is not None:
+            await self.on_tools_changed(self)
+
+    def record(self, exc: BaseException | None) -> bool:
+        """Count consecutive terminal transport errors; True when the connection should be closed."""
+        if exc is not None and is_terminal(exc):
+            self.terminal_errors += 1
+            if self.terminal_errors >= MAX_CONSECUTIVE_TERMINAL_ERRORS:
+                log.info("closing %s after %d terminal errors in a row", self.config.name, self.terminal_errors)
+                self._stop.set()
+                return True
+            return False
+        self.terminal_errors = 0
+        return False
+
+    def session_expired(self, exc: BaseException) -> bool:
+        return is_session_expired(exc, self.http.session_expired)
 
     def diagnose(self, exc: BaseException) -> Failure:
+        if isinstance(exc, RequestTimedOut):
+            return Failure("timeout", str(exc), self.stderr_tail())
         return diagnose(exc, self.config, self.stderr_tail(), self.http.last_error_status)
 
     def stderr_tail(self) -> str:
@@ -160,26 +270,69 @@ class Connection:
             "server_name": info.name if info else "",
             "server_version": info.version if info else "",
             "protocol_version": client.protocol_version,
+            "era": self.negotiated.era if self.negotiated else "",
             "capabilities": dump(client.server_capabilities),
             "instructions": client.instructions or "",
         }
 
+    async def request(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """Run one request under the config's deadline (an anyio cancel scope, see call_tool)."""
+        seconds = self.config.request_timeout
+        with anyio.CancelScope(deadline=anyio.current_time() + seconds):
+            return await fn()
+        raise RequestTimedOut(seconds)
+
     async def list_tools(self, refresh: bool = False) -> list[dict[str, Any]]:
         if self.tools is not None and not refresh:
             return self.tools
-        assert self.client is not None
+        client = self.client
+        assert client is not None
+        if client.server_capabilities.tools is None:
+            self.tools = []  # list only what the capabilities declare
+            return self.tools
         tools: list[dict[str, Any]] = []
         cursor: str | None = None
         for _ in range(MAX_LIST_PAGES):
-            page = await asyncio.wait_for(
-                self.client.list_tools(cursor=cursor, cache_mode="refresh"), self.config.request_timeout
-            )
+            page = await self.request(lambda c=cursor: client.list_tools(cursor=c, cache_mode="refresh"))
             tools.extend(tool_to_dict(tool) for tool in page.tools)
             cursor = page.next_cursor
             if cursor is None:
                 break
-        self.tools = tools
-        return tools
+        self.tools = annotate_tools(self.config.name, tools)
+        return self.tools
+
+    async def call_tool(
+        self, tool: str, arguments: dict[str, Any], on_progress: ProgressSink | None = None
+    ) -> types.CallToolResult:
+        """Call a tool under the request deadline.
+
+        The deadline is an anyio cancel scope rather than the SDK's read timeout, so that progress
+        can push it back (`reset_timeout_on_progress`): the SDK cannot reset its own. Running out
+        cancels the request (the server gets `notifications/cancelled`); the session stays usable.
+        """
+        client = self.client
+        assert client is not None
+        seconds = self.config.request_timeout
+        with anyio.CancelScope(deadline=anyio.current_time() + seconds) as scope:
+
+            async def progress(value: float, total: float | None, message: str | None) -> None:
+                if self.config.reset_timeout_on_progress:
+                    scope.deadline = anyio.current_time() + seconds
+                if on_progress is not None:
+                    await on_progress(value, total, message)
+
+            return await client.call_tool(tool, arguments, progress_callback=progress)
+        raise RequestTimedOut(seconds)
+
+    async def check_health(self) -> None:
+        """A ping in the handshake era; in 2026 (no ping) a `server/discover`, which is stateless and cheap."""
+        client = self.client
+        if client is None:
+            raise ConnectionError("the connection is closed")
+        if self.negotiated is not None and self.negotiated.era == "modern":
+            await self.request(lambda: client.session.send_discover(client.protocol_version))
+        else:
+            await self.request(lambda: client.session.send_ping())
 
     async def close(self, graceful: bool = True) -> None:
         self._stop.set()
@@ -198,25 +351,29 @@ class Connection:
 class ConnectionPool:
     """Live MCP connections owned by one worker process, on a loop thread of their own."""
 
-    def __init__(self, settings: PoolSettings | None = None):
+    def __init__(self, settings: PoolSettings | None = None, events: PoolEvents | None = None):
         self.settings = settings or PoolSettings()
+        self.events = events or PoolEvents()
         self._connections: OrderedDict[ConnectionKey, Connection] = OrderedDict()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._batches: dict[bool, asyncio.Semaphore] = {}
-        self._reaper: concurrent.futures.Future[None] | None = None
+        self._maintenance: concurrent.futures.Future[None] | None = None
+        self._background: set[asyncio.Task[Any]] = set()
 
     # -- the loop thread -------------------------------------------------------------
 
     def start(self) -> asyncio.AbstractEventLoop:
         with self._start_lock:
             if self._loop is None:
+                # stdio servers' killed grandchildren must be reaped by someone: us (processes.py).
+                become_subreaper()
                 loop = asyncio.new_event_loop()
                 self._thread = threading.Thread(target=loop.run_forever, name="mcp-pool", daemon=True)
                 self._thread.start()
                 self._loop = loop
-                self._reaper = asyncio.run_coroutine_threadsafe(self._reap_idle_forever(), loop)
+                self._maintenance = asyncio.run_coroutine_threadsafe(self._maintain_forever(), loop)
             return self._loop
 
     @property
@@ -231,13 +388,13 @@ class ConnectionPool:
         return self.submit(coro).result(timeout)
 
     def shutdown(self, timeout: float = 10.0) -> None:
-        """Close every connection (stdio children included) and stop the loop thread."""
+        """Close every connection (stdio process groups included) and stop the loop thread."""
         if self._loop is None:
             return
-        if self._reaper is not None:
-            self._reaper.cancel()
+        if self._maintenance is not None:
+            self._maintenance.cancel()
         try:
-            self.run(self.close_all(), timeout)
+            self.run(self._close_everything(), timeout)
         except concurrent.futures.TimeoutError:
             log.warning("pool shutdown timed out; some connections may not have closed cleanly")
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -250,15 +407,25 @@ class ConnectionPool:
     def __len__(self) -> int:
         return len(self._connections)
 
+    def keys(self) -> list[ConnectionKey]:
+        """The keys of the connections that are open now (read from any thread)."""
+        return [key for key, conn in list(self._connections.items()) if conn.client is not None]
+
     async def connection(self, key: ConnectionKey, config: ServerConfig) -> Connection:
         """The live connection for `key`, opened (once, however many callers ask) if needed."""
         conn = self._connections.get(key)
         if conn is not None and not conn.closed:
+            # Same key, same connection shape; per-request settings (timeouts) follow the caller's config.
+            conn.config = config
             self._connections.move_to_end(key)
             if conn._ready is not None and not conn._ready.done():
-                await asyncio.shield(conn._ready)
+                try:
+                    await asyncio.shield(conn._ready)
+                except Exception as exc:  # the opening we waited for failed: same diagnosis
+                    await asyncio.sleep(0)  # let the opener record it
+                    raise ConnectionFailed(conn.open_failure or conn.diagnose(exc)) from exc
             return conn
-        conn = Connection(key=key, config=config, on_closed=self._forget)
+        conn = Connection(key=key, config=config, on_closed=self._forget, on_tools_changed=self._tools_changed)
         self._connections[key] = conn
         await self._evict_over_cap()
         batch = self._batches.setdefault(
@@ -266,9 +433,14 @@ class ConnectionPool:
             asyncio.Semaphore(self.settings.local_batch if config.is_local else self.settings.remote_batch),
         )
         started = time.monotonic()
+        await self.events.status(key, config, PENDING, None)
         try:
             async with batch:
                 await conn.open()
+        except ConnectionFailed as exc:
+            self._forget(conn)
+            await self.events.status(key, config, status_of(exc.failure), exc.failure)
+            raise
         except BaseException:
             self._forget(conn)
             raise
@@ -280,21 +452,48 @@ class ConnectionPool:
             key.owner,
             (time.monotonic() - started) * 1000,
         )
+        await self.events.status(key, config, CONNECTED, None)
+        if conn.negotiated is not None and conn.negotiated != config.negotiated:
+            await self.events.negotiated(key, config, conn.negotiated)
         return conn
 
     def _forget(self, conn: Connection) -> None:
         if conn.key is not None and self._connections.get(conn.key) is conn:
             del self._connections[conn.key]
+            # Still listed, so not closed through drop(): it ended by itself after it had opened
+            # (the transport failed, three terminal errors). Say so, from the pool loop.
+            if conn._ready is not None and conn._ready.done() and not conn._ready.exception():
+                cause = conn.ended_by
+                failure = conn.diagnose(cause) if cause else Failure("connection_lost", "the connection closed")
+                self._spawn(self.events.status(conn.key, conn.config, FAILED, failure))
 
-    async def drop(self, key: ConnectionKey) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        try:
+            task = asyncio.get_running_loop().create_task(coro)
+        except RuntimeError:
+            coro.close()
+            return
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _tools_changed(self, conn: Connection) -> None:
+        if conn.key is not None:
+            await self.events.tools_changed(conn.key, conn.config)
+
+    async def drop(self, key: ConnectionKey, status: str = CLOSED, failure: Failure | None = None) -> None:
+        """Close the connection for `key` and forget its caches; the next use reconnects."""
         conn = self._connections.pop(key, None)
         if conn is not None:
             await conn.close()
+            await self.events.status(key, conn.config, status, failure)
+
+    async def _close_everything(self) -> None:
+        await self.close_all()
+        await self.events.aclose()
 
     async def close_all(self) -> None:
-        conns = list(self._connections.values())
-        self._connections.clear()
-        await asyncio.gather(*(conn.close() for conn in conns), return_exceptions=True)
+        keys = list(self._connections)
+        await asyncio.gather(*(self.drop(key) for key in keys), return_exceptions=True)
 
     async def _evict_over_cap(self) -> None:
         excess = len(self._connections) - self.settings.max_connections
@@ -305,10 +504,21 @@ class ConnectionPool:
                 excess -= 1
                 await self.drop(key)
 
-    async def _reap_idle_forever(self) -> None:
+    async def _maintain_forever(self) -> None:
+        """Close idle connections and check the health of the others, on a timer."""
+        last_health = time.monotonic()
         while True:
-            await asyncio.sleep(min(30.0, max(self.settings.idle_seconds / 2, 0.5)))
-            await self.reap_idle()
+            period = min(30.0, max(self.settings.idle_seconds / 2, 0.5))
+            if self.settings.health_seconds > 0:
+                period = min(period, self.settings.health_seconds)
+            await asyncio.sleep(period)
+            try:
+                await self.reap_idle()
+                if self.settings.health_seconds > 0 and time.monotonic() - last_health >= self.settings.health_seconds:
+                    last_health = time.monotonic()
+                    await self.check_health()
+            except Exception:  # noqa: BLE001 - the timer must keep running
+                log.exception("pool maintenance failed")
 
     async def reap_idle(self) -> int:
         cutoff = time.monotonic() - self.settings.idle_seconds
@@ -321,20 +531,72 @@ class ConnectionPool:
             await self.drop(key)
         return len(idle)
 
+    async def check_health(self) -> dict[ConnectionKey, str]:
+        """Check every open, unused connection once; three failures in a row close it (status failed)."""
+        results: dict[ConnectionKey, str] = {}
+        for key, conn in list(self._connections.items()):
+            if conn.client is None or conn.in_flight:
+                continue
+            try:
+                await conn.check_health()
+            except BaseException as exc:
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                failure = conn.diagnose(exc)
+                # Every failed health check counts, whatever the reason: a server that cannot
+                # answer a ping three times in a row is not one to keep a session with.
+                conn.terminal_errors += 1
+                if conn.terminal_errors >= MAX_CONSECUTIVE_TERMINAL_ERRORS or is_connection_lost(exc):
+                    await self.drop(key, FAILED, failure)
+                    results[key] = FAILED
+                else:
+                    results[key] = "unhealthy"
+                continue
+            was_failing = conn.terminal_errors > 0
+            conn.terminal_errors = 0
+            results[key] = CONNECTED
+            if was_failing:
+                await self.events.status(key, conn.config, CONNECTED, None)
+        return results
+
     # -- what callers do --------------------------------------------------------------
 
+    async def use(self, key: ConnectionKey, config: ServerConfig, fn: Callable[[Connection], Awaitable[T]]) -> T:
+        """Run `fn` on the live connection for `key`, with the seeds' recovery around it.
+
+        An expired session (HTTP 404 with our session id, "Session not found") drops the
+        connection and its caches, reconnects and runs `fn` once more; a lost connection is
+        dropped; terminal transport errors are counted (three in a row close the connection).
+        Raises ConnectionFailed with the diagnosis.
+        """
+        for attempt in range(MAX_SESSION_RETRIES + 1):
+            conn = await self.connection(key, config)
+            conn.in_flight += 1
+            try:
+                result = await fn(conn)
+            except BaseException as exc:
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                if attempt < MAX_SESSION_RETRIES and conn.session_expired(exc):
+                    log.info("session with %s expired; reconnecting once", config.name)
+                    await self.drop(key, PENDING)
+                    continue
+                failure = conn.diagnose(exc)
+                if is_connection_lost(exc) or conn.session_expired(exc):
+                    await self.drop(key, FAILED, failure)
+                elif conn.record(exc):
+                    await self.drop(key, FAILED, failure)
+                raise ConnectionFailed(failure) from exc
+            else:
+                conn.record(None)
+                return result
+            finally:
+                conn.in_flight -= 1
+                conn.last_used = time.monotonic()
+        raise AssertionError("unreachable")  # pragma: no cover
+
     async def list_tools(self, key: ConnectionKey, config: ServerConfig, refresh: bool = False) -> list[dict[str, Any]]:
-        conn = await self.connection(key, config)
-        conn.in_flight += 1
-        try:
-            return await conn.list_tools(refresh)
-        except BaseException as exc:
-            if is_connection_lost(exc):
-                await self.drop(key)
-            raise ConnectionFailed(conn.diagnose(exc)) from exc
-        finally:
-            conn.in_flight -= 1
-            conn.last_used = time.monotonic()
+        return await self.use(key, config, lambda conn: conn.list_tools(refresh))
 
     async def call_tool(
         self,
@@ -345,51 +607,35 @@ class ConnectionPool:
         on_progress: ProgressSink | None = None,
     ) -> CallOutcome:
         started = time.monotonic()
+        attempts = 0
+
+        async def call(conn: Connection) -> types.CallToolResult:
+            nonlocal attempts
+            attempts += 1
+            return await conn.call_tool(tool, arguments, on_progress)
 
         def ended(outcome: CallOutcome) -> CallOutcome:
             outcome.duration_ms = round((time.monotonic() - started) * 1000, 3)
+            outcome.retried = attempts > 1
             return outcome
 
         try:
-            conn = await self.connection(key, config)
+            result = await self.use(key, config, call)
         except ConnectionFailed as exc:
-            return ended(CallOutcome("failed", failure=exc.failure))
-        assert conn.client is not None
-        conn.in_flight += 1
-        try:
-            result = await asyncio.wait_for(
-                conn.client.call_tool(
-                    tool,
-                    arguments,
-                    read_timeout_seconds=config.request_timeout,
-                    progress_callback=on_progress,
-                ),
-                # The SDK's own request timeout answers first; this is the backstop for a
-                # transport that stops delivering anything at all.
-                config.request_timeout + 5.0,
-            )
-        except BaseException as exc:
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            failure = conn.diagnose(exc)
-            if failure.kind == "timeout":
-                failure.message = f"no answer from the server within {config.request_timeout:g} s"
-            if is_connection_lost(exc):
-                await self.drop(key)
-            status = "timed_out" if failure.kind == "timeout" else "failed"
-            return ended(CallOutcome(status, failure=failure))
-        finally:
-            conn.in_flight -= 1
-            conn.last_used = time.monotonic()
+            status = "timed_out" if exc.failure.kind == "timeout" else "failed"
+            return ended(CallOutcome(status, failure=exc.failure))
         data = call_result_to_dict(result)
         return ended(CallOutcome("tool_error" if data["isError"] else "succeeded", result=data))
 
     async def probe(self, config: ServerConfig) -> dict[str, Any]:
         """Test a server on a fresh, unpooled connection: handshake, list tools, close.
 
-        Raises ConnectionFailed with the diagnosis when any step fails.
+        Negotiates afresh (what was remembered is ignored) and reports what it found, so
+        the caller can remember it. Raises ConnectionFailed with the diagnosis.
         """
-        conn = Connection(key=None, config=config)
+        from dataclasses import replace
+
+        conn = Connection(key=None, config=replace(config, negotiated=None))
         started = time.monotonic()
         await conn.open()
         handshake_ms = (time.monotonic() - started) * 1000
@@ -405,6 +651,7 @@ class ConnectionPool:
                 tool_count=len(tools),
                 handshake_ms=round(handshake_ms, 1),
                 round_trip_ms=round((time.monotonic() - listed) * 1000, 1),
+                negotiated=conn.negotiated.as_dict() if conn.negotiated else None,
             )
             return info
         finally:
@@ -556,3 +803,23 @@ class ConnectionPool:
             return await conn.subscriptions.remove(uri, subscriber, config.request_timeout)
 
         return await self._request(key, config, work)
+
+
+def status_of(failure: Failure) -> str:
+    return NEEDS_AUTH if failure.kind == "needs_auth" else FAILED
+
+
+__all__ = [
+    "CLOSED",
+    "CONNECTED",
+    "FAILED",
+    "MODERN_VERSION",
+    "NEEDS_AUTH",
+    "PENDING",
+    "CallOutcome",
+    "Connection",
+    "ConnectionPool",
+    "MissingVariable",
+    "PoolEvents",
+    "PoolSettings",
+]

@@ -1,0 +1,4 @@
+import { connect } from "./ws.js";
+import { updateConnectionBadges } from "./connection-status.js";
+
+connect({ onEvent: updateConnectionBadges });

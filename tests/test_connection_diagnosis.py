@@ -1,0 +1,179 @@
+""" "Test connection" names the failing layer: DNS, refused, TLS, HTTP status, 401, wrong path,
+protocol version (tests/test_connection_eras.py), a missing variable, the process with its stderr."""
+
+from __future__ import annotations
+
+import datetime
+import ssl
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from sessions.mcp.config import ServerConfig
+from sessions.mcp.errors import ConnectionFailed
+from sessions.mcp.pool import ConnectionPool, PoolSettings
+from sessions.mcp.variables import MissingVariable, expand, expand_config
+from tests.conftest import ServerProcess
+
+
+@pytest.fixture(scope="module")
+def pool():
+    pool = ConnectionPool(PoolSettings(health_seconds=0))
+    yield pool
+    pool.shutdown()
+
+
+def failure_of(pool: ConnectionPool, config: ServerConfig):
+    with pytest.raises(ConnectionFailed) as caught:
+        pool.run(pool.probe(config), timeout=60)
+    return caught.value.failure
+
+
+@pytest.fixture(scope="module")
+def token_server() -> Iterator[ServerProcess]:
+    """The demo server over Streamable HTTP, answering 401 to requests without `X-Token: s3cret`."""
+    server = ServerProcess("http", "--require-header", "X-Token=s3cret").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def self_signed_https_url(tmp_path_factory) -> Iterator[str]:
+    """An HTTPS server whose certificate no one trusts."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    folder = tmp_path_factory.mktemp("tls")
+    (folder / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (folder / "key.pem").write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(folder / "cert.pem", folder / "key.pem")
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"https://127.0.0.1:{httpd.server_address[1]}/mcp"
+    httpd.shutdown()
+
+
+def test_dns(pool):
+    failure = failure_of(pool, ServerConfig(name="x", transport="http", url="http://no-such-host.invalid/mcp"))
+    assert failure.kind == "dns" and "no-such-host.invalid" in failure.message
+
+
+def test_dns_over_websocket(pool):
+    failure = failure_of(pool, ServerConfig(name="x", transport="websocket", url="ws://no-such-host.invalid/"))
+    assert failure.kind == "dns"
+
+
+def test_tls(pool, self_signed_https_url):
+    failure = failure_of(pool, ServerConfig(name="x", transport="http", url=self_signed_https_url))
+    assert failure.kind == "tls" and "certificate" in failure.message.lower()
+
+
+def test_401_needs_auth_over_http_and_sse(pool, token_server):
+    for transport, path in (("http", "/mcp"), ("sse", "/sse")):
+        url = f"http://127.0.0.1:{token_server.port}{path}"
+        failure = failure_of(pool, ServerConfig(name="x", transport=transport, url=url))
+        assert (failure.kind, failure.status_code) == ("needs_auth", 401), transport
+        assert "needs authorization" in failure.message
+
+
+def test_wrong_path_over_sse_and_websocket(pool, demo_sse_url, demo_http_url):
+    sse = failure_of(pool, ServerConfig(name="x", transport="sse", url=demo_sse_url.replace("/sse", "/nope")))
+    assert (sse.kind, sse.status_code) == ("http_status", 404) and "wrong path" in sse.message
+    # A WebSocket client knocking on an HTTP-only endpoint gets an HTTP status, not a socket.
+    ws = failure_of(pool, ServerConfig(name="x", transport="websocket", url=demo_http_url.replace("http", "ws", 1)))
+    assert ws.kind == "http_status" and ws.status_code is not None
+
+
+def test_header_variables_are_expanded_from_the_portal_environment(pool, token_server, monkeypatch):
+    url = f"http://127.0.0.1:{token_server.port}/mcp"
+    config = ServerConfig(
+        name="x",
+        transport="http",
+        url=url,
+        headers={"X-Token": "${PORTAL_TEST_TOKEN}"},
+        variables=({"PORTAL_TEST_TOKEN": "s3cret"},),
+    )
+    assert pool.run(pool.probe(config), timeout=60)["tool_count"] > 0
+    missing = failure_of(
+        pool, ServerConfig(name="x", transport="http", url=url, headers={"X-Token": "${PORTAL_TEST_TOKEN}"})
+    )
+    assert missing.kind == "missing_variable"
+    assert "${PORTAL_TEST_TOKEN}" in missing.message and "header X-Token" in missing.message
+
+
+def test_process_exit_with_stderr(pool):
+    config = ServerConfig(
+        name="x",
+        transport="stdio",
+        command=sys.executable,
+        args=("-c", "import sys; sys.stderr.write('fatal: no ${HOME} here\\n'); sys.exit(2)"),
+        variables=({"HOME": "/home/x"},),
+    )
+    failure = failure_of(pool, config)
+    assert failure.kind == "process_exited" and "fatal: no /home/x here" in failure.stderr_tail
+
+
+def test_expansion_rules():
+    sources = ({"A": "from user"}, {"A": "from env", "B": "b", "EMPTY": ""})
+    assert expand("${A}/${B}", sources) == "from user/b"
+    assert expand("${MISSING:-fallback} ${EMPTY:-was empty} [${EMPTY}]", sources) == "fallback was empty []"
+    assert expand("$HOME and ${not a ref} stay", sources) == "$HOME and ${not a ref} stay"
+    with pytest.raises(MissingVariable) as caught:
+        expand("x${NOPE}", sources, "URL")
+    assert str(caught.value) == "${NOPE} in the URL is not set" and caught.value.name == "NOPE"
+
+
+def test_expansion_covers_every_field_and_never_touches_the_stored_config():
+    config = ServerConfig(
+        name="x",
+        transport="stdio",
+        command="${BIN}",
+        args=("--token", "${T}"),
+        env={"KEY": "${T}"},
+        cwd="${DIR:-/tmp}",
+        url="https://${HOST}/mcp",
+        headers={"Authorization": "Bearer ${T}"},
+        variables=({"BIN": "/bin/x", "T": "t-1", "HOST": "h"},),
+    )
+    expanded = expand_config(config)
+    assert (expanded.command, expanded.args, expanded.env, expanded.cwd) == (
+        "/bin/x",
+        ("--token", "t-1"),
+        {"KEY": "t-1"},
+        "/tmp",
+    )
+    assert (expanded.url, expanded.headers) == ("https://h/mcp", {"Authorization": "Bearer t-1"})
+    assert config.headers == {"Authorization": "Bearer ${T}"} and expanded.fingerprint() != config.fingerprint()
+    assert "t-1" not in repr(config)

@@ -1,0 +1,120 @@
+"""Affinity in the distributed mode: calls for one (server, user) session go to the worker holding it,
+and fail over to another worker when that one dies. Two real Celery worker processes on Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from sessions import affinity
+from sessions.models import ToolCall
+from tests.conftest import ROOT, stop
+from tests.ws import Playground, session_cookie
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(settings.EMBEDDED, reason="affinity is between worker processes on Redis"),
+]
+
+
+def start_worker(queue: str, label: str, log: Path) -> subprocess.Popen:
+    from django.db import connection
+
+    db = connection.settings_dict
+    url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    env = {
+        **os.environ,
+        "DATABASE_URL": url,
+        "CELERY_QUEUE": queue,
+        "PORTAL_WORKER_HEARTBEAT_SECONDS": "0.5",
+        "MCP_HEALTH_CHECK_SECONDS": "0",
+    }
+    command = [sys.executable, "-m", "celery", "-A", "portal", "worker", "-P", "threads", "-c", "4"]
+    command += ["--without-mingle", "--without-gossip", "-l", "WARNING", "-n", f"{label}-{os.getpid()}@%h"]
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
+
+
+def wait_until(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(what)
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def two_workers(settings, tmp_path):
+    """Workers A and B on a shared queue of their own, so the suite's worker takes none of these calls."""
+    queue = f"{settings.CELERY_TASK_DEFAULT_QUEUE}-affinity"
+    settings.CELERY_TASK_DEFAULT_QUEUE = queue
+    settings.PORTAL_WORKER_HEARTBEAT_SECONDS = 0.5
+    settings.PORTAL_AFFINITY_GRACE_SECONDS = 1.0
+    processes = [start_worker(queue, label, tmp_path / f"{label}.log") for label in ("a", "b")]
+    names = {f"{socket.gethostname()}:{process.pid}": process for process in processes}
+    try:
+        wait_until(lambda: all(affinity.is_alive(name) for name in names), 60, "the two workers did not report in")
+        yield names
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                stop(process)
+
+
+def test_calls_stay_with_the_worker_holding_the_session_and_fail_over_when_it_dies(alice, demo_server, two_workers):
+    cookie = session_cookie(alice)
+
+    async def calls(count: int) -> list[dict]:
+        async with Playground(cookie) as ws:
+            return [await ws.call(demo_server.pk, "echo", {"message": str(i)}, timeout=60) for i in range(count)]
+
+    first = asyncio.run(calls(6))
+    assert [e["status"] for e in first] == ["succeeded"] * 6
+    holders = {ToolCall.objects.get(pk=e["call"]).worker for e in first}
+    assert len(holders) == 1, f"the calls were spread over {holders}"
+    (holder,) = holders
+    survivor = next(name for name in two_workers if name != holder)
+
+    # The holder dies without a word; a call sent now may still be routed to it: it must run anyway.
+    two_workers[holder].send_signal(signal.SIGKILL)
+    two_workers[holder].wait(10)
+    after = asyncio.run(calls(3))
+    assert [e["status"] for e in after] == ["succeeded"] * 3
+    assert {ToolCall.objects.get(pk=e["call"]).worker for e in after} == {survivor}
+
+
+def test_a_worker_that_stops_leaves_no_stdio_process_behind(alice, demo_server, settings, tmp_path):
+    from sessions.mcp.processes import group_members
+
+    queue = f"{settings.CELERY_TASK_DEFAULT_QUEUE}-stopping"
+    settings.CELERY_TASK_DEFAULT_QUEUE = queue
+    process = start_worker(queue, "stopping", tmp_path / "stopping.log")
+    name = f"{socket.gethostname()}:{process.pid}"
+    try:
+        wait_until(lambda: affinity.is_alive(name), 60, "the worker did not report in")
+        cookie = session_cookie(alice)
+
+        async def spawn() -> dict:
+            async with Playground(cookie) as ws:
+                return await ws.call(demo_server.pk, "spawn", {"stubborn": True}, timeout=60)
+
+        ended = asyncio.run(spawn())
+        assert ended["status"] == "succeeded", ended
+        group = ended["result"]["structuredContent"]["server_pid"]
+        assert len(group_members(group)) == 2  # the server and its stubborn child
+
+        process.terminate()  # Celery's warm shutdown: worker_shutdown closes the pool
+        process.wait(30)
+        assert group_members(group) == []
+        assert not affinity.is_alive(name)  # gone at once, not after the heartbeat's TTL
+    finally:
+        if process.poll() is None:
+            stop(process)
