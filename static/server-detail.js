@@ -11,7 +11,7 @@ function render(test) {
   if (test.ok) {
     output.append(
       h("p", {}, h("span", { class: "badge ok", text: "connected" }), " ",
-        `${test.server_name} ${test.server_version} · protocol ${test.protocol_version} · ${test.tool_count} tools · ` +
+        `${test.server_name} ${test.server_version} · protocol ${test.protocol_version}${test.era ? ` (${test.era} era)` : ""} · ${test.tool_count} tools · ` +
         `handshake ${test.handshake_ms} ms · round trip ${test.round_trip_ms} ms`),
     );
     if (test.instructions) output.append(h("p", { class: "muted", text: `Instructions: ${test.instructions}` }));
