@@ -102,7 +102,8 @@ def test_each_user_has_a_session_of_their_own_unless_the_server_is_shared(alice,
         pids = []
         for cookie in (alice_cookie, bob_cookie):
             async with Playground(cookie) as ws:
-                ended = await ws.call(demo_server.pk, "spawn", {})
+                # spawn is not read-only, so the default policy asks first.
+                ended = await ws.call(demo_server.pk, "spawn", {}, approve="allow_once")
                 assert ended["status"] == "succeeded", ended
                 pids.append(ended["result"]["structuredContent"]["server_pid"])
         return pids
@@ -126,7 +127,7 @@ def test_a_changed_tool_list_reaches_the_open_playground(alice, demo_server):
 
     async def scenario():
         async with Playground(cookie) as ws:
-            await ws.call(demo_server.pk, "toggle_tool")
+            await ws.call(demo_server.pk, "toggle_tool", approve="allow_once")  # not read-only: asks first
             changed = await seen_or_next(ws, "tools.changed", server=demo_server.pk)
             await ws.send({"type": "list_tools", "server": demo_server.pk, "refresh": True})
             tools = await ws.until("tools", server=demo_server.pk)

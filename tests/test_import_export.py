@@ -166,7 +166,7 @@ def test_the_management_commands_round_trip(alice, carol, tmp_path):
     # And into the first team again: all duplicates, nothing created.
     out = io.StringIO()
     call_command("import_servers", str(again), "--team", "Acme", stdout=out)
-    assert "Created 0 server(s)" in out.getvalue() and Server.objects.count() == 6
+    assert "Created 0 server(s)" in out.getvalue() and Server.objects.count() == 8
 
 
 def test_the_import_command_refuses_errors_and_ambiguity(alice, carol, tmp_path):
