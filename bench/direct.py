@@ -22,18 +22,14 @@ def client_for(transport: str, http_url: str) -> Client:
     return Client(server, cache=None)
 
 
-async def latency(transport: str, http_url: str, calls: int, warmup: int) -> list[float]:
-    async with client_for(transport, http_url) as client:
-        for _ in range(warmup):
-            await client.call_tool("echo", {"message": "warm"})
-        samples = []
-        for index in range(calls):
-            started = time.perf_counter()
-            result = await client.call_tool("echo", {"message": f"hello {index}"})
-            samples.append(time.perf_counter() - started)
-            if result.is_error:
-                raise RuntimeError("a direct echo failed")
-        return samples
+async def echo(client: Client, message: str) -> float:
+    """One echo on a warm session; the seconds it took."""
+    started = time.perf_counter()
+    result = await client.call_tool("echo", {"message": message})
+    elapsed = time.perf_counter() - started
+    if result.is_error:
+        raise RuntimeError("a direct echo failed")
+    return elapsed
 
 
 async def large(transport: str, http_url: str, size: int) -> tuple[float, int]:

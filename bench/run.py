@@ -98,20 +98,32 @@ async def _echo(ws: Playground, server: int, message: str) -> float:
     return elapsed
 
 
-async def portal_latency(portal: Portal, session: str, plan: Plan) -> dict[str, Any]:
+async def portal_latency(portal: Portal, session: str, plan: Plan, http_url: str) -> dict[str, Any]:
+    """Portal calls and direct SDK calls to the same server, alternating one for one.
+
+    Alternating puts both series under the same load from whatever else runs on the machine,
+    so their difference is the portal's and not the neighbours'.
+    """
     out: dict[str, Any] = {}
     async with Playground(portal.base_url, session) as ws:
         for transport, server in portal.fixtures["servers"].items():
-            for index in range(plan.warmup):
-                await _echo(ws, server, f"warm {index}")
-            opened = portal.connections_opened()
-            # CPU the portal's own processes spend per call: on a machine shared with other work,
-            # a steadier measure of what a change saves than wall-clock latency.
-            cpu = cpu_seconds(portal.pids)
-            samples = [await _echo(ws, server, f"hello {index}") for index in range(plan.calls)]
+            async with direct.client_for(transport, http_url) as sdk:
+                for index in range(plan.warmup):
+                    await _echo(ws, server, f"warm {index}")
+                    await direct.echo(sdk, f"warm {index}")
+                opened = portal.connections_opened()
+                # CPU the portal's own processes spend per call: on a machine shared with other work,
+                # a steadier measure of what a change saves than wall-clock latency.
+                cpu = cpu_seconds(portal.pids)
+                samples, baseline = [], []
+                for index in range(plan.calls):
+                    samples.append(await _echo(ws, server, f"hello {index}"))
+                    baseline.append(await direct.echo(sdk, f"hello {index}"))
+                cpu = cpu_seconds(portal.pids) - cpu
             out[transport] = {
                 **summary_ms(samples),
-                "portal_cpu_ms_per_call": round((cpu_seconds(portal.pids) - cpu) * 1000 / plan.calls, 3),
+                "direct": summary_ms(baseline),
+                "portal_cpu_ms_per_call": round(cpu * 1000 / plan.calls, 3),
                 "handshakes": portal.connections_opened() - opened,
             }
     return out
@@ -239,7 +251,7 @@ async def measure_portal(mode: str, plan: Plan, http_url: str, phases: set[str])
         result: dict[str, Any] = {"latency": {}, "throughput": {}}
         if "latency" in phases:
             log(f"{mode}: latency, {plan.calls} calls per transport")
-            result["latency"] = await portal_latency(portal, sessions[0], plan)
+            result["latency"] = await portal_latency(portal, sessions[0], plan, http_url)
         # Cold start and large output are the same code in both modes: measured once, embedded.
         if "cold" in phases and mode == "embedded":
             log(f"{mode}: cold start")
@@ -273,9 +285,6 @@ async def measure_portal(mode: str, plan: Plan, http_url: str, phases: set[str])
 
 async def measure_direct(plan: Plan, http_url: str, phases: set[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"large_output": [], "throughput": {}}
-    for transport in ("stdio", "http") if "latency" in phases else ():
-        log(f"direct: latency over {transport}")
-        out[transport] = summary_ms(await direct.latency(transport, http_url, plan.calls, plan.warmup))
     for size in plan.large_sizes if "large" in phases else ():
         elapsed, received = await direct.large("stdio", http_url, size)
         out["large_output"].append({"size_bytes": size, "direct_ms": round(elapsed * 1000, 1), "received": received})
@@ -360,23 +369,26 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
     level50 = dig(report, dist, "throughput", "50") or {}
     stdio_worker = dig(report, "memory", "stdio", -1, "worker_mb_per_connection")
     stdio_child = dig(report, "memory", "stdio", -1, "child_rss_mb_per_connection")
-    direct_p50 = dig(report, "direct", "stdio", "p50")
+    direct_p50 = dig(report, "embedded", "latency", "stdio", "direct", "p50")
     portal_p50 = dig(report, "embedded", "latency", "stdio", "p50")
     keys = {
         "direct_p50_ms": direct_p50,
         "portal_p50_ms": portal_p50,
         "overhead_p50_ms": minus(portal_p50, direct_p50),
         "overhead_p99_ms": minus(
-            dig(report, "embedded", "latency", "stdio", "p99"), dig(report, "direct", "stdio", "p99")
+            dig(report, "embedded", "latency", "stdio", "p99"),
+            dig(report, "embedded", "latency", "stdio", "direct", "p99"),
         ),
         "overhead_ratio_p50": round(portal_p50 / direct_p50, 2) if portal_p50 and direct_p50 else None,
-        "direct_http_p50_ms": dig(report, "direct", "http", "p50"),
+        "direct_http_p50_ms": dig(report, "embedded", "latency", "http", "direct", "p50"),
         "portal_http_p50_ms": dig(report, "embedded", "latency", "http", "p50"),
         "overhead_http_p50_ms": minus(
-            dig(report, "embedded", "latency", "http", "p50"), dig(report, "direct", "http", "p50")
+            dig(report, "embedded", "latency", "http", "p50"),
+            dig(report, "embedded", "latency", "http", "direct", "p50"),
         ),
         "overhead_http_p99_ms": minus(
-            dig(report, "embedded", "latency", "http", "p99"), dig(report, "direct", "http", "p99")
+            dig(report, "embedded", "latency", "http", "p99"),
+            dig(report, "embedded", "latency", "http", "direct", "p99"),
         ),
         "calls_per_s_50_users": level50.get("calls_per_s"),
         "errors_50_users": level50.get("errors"),
@@ -395,12 +407,10 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
         ),
     }
     if dig(report, "distributed", "latency"):
-        dist_p50 = dig(report, "distributed", "latency", "stdio", "p50")
-        keys["distributed_portal_p50_ms"] = dist_p50
-        keys["distributed_overhead_p50_ms"] = minus(dist_p50, direct_p50)
-        keys["distributed_overhead_p99_ms"] = minus(
-            dig(report, "distributed", "latency", "stdio", "p99"), dig(report, "direct", "stdio", "p99")
-        )
+        dist = dig(report, "distributed", "latency", "stdio")
+        keys["distributed_portal_p50_ms"] = dist["p50"]
+        keys["distributed_overhead_p50_ms"] = minus(dist["p50"], dist["direct"]["p50"])
+        keys["distributed_overhead_p99_ms"] = minus(dist["p99"], dist["direct"]["p99"])
     for row in dig(report, "embedded", "large_output") or []:
         label = f"{row['size_bytes'] // MB}mb" if row["size_bytes"] >= MB else f"{row['size_bytes']}b"
         keys[f"large_{label}_ms"] = row["portal_ms"]
@@ -415,9 +425,10 @@ def markdown(report: dict[str, Any]) -> str:
     rows = []
     for mode in ("embedded", "distributed"):
         for transport in ("stdio", "http"):
-            p, base = dig(report, mode, "latency", transport), d.get(transport)
-            if not p or not base:
+            p = dig(report, mode, "latency", transport)
+            if not p:
                 continue
+            base = p["direct"]
             rows.append(
                 [
                     mode,
