@@ -138,7 +138,15 @@ else:
             "CONFIG": {
                 # redis-py's asyncio pool refuses (not waits) past 100 connections by default:
                 # 200 browsers connecting at once made Daphne answer HTTP 500 (bench/, 200 users).
-                "hosts": [{"address": REDIS_URL, "max_connections": envint("CHANNELS_REDIS_MAX_CONNECTIONS", 2000)}],
+                # redis-py's default 5 s socket timeout races channels_redis's 5 s blocking pop: under load a
+                # receive then fails while holding its channel lock, and that consumer stops hearing anything.
+                "hosts": [
+                    {
+                        "address": REDIS_URL,
+                        "max_connections": envint("CHANNELS_REDIS_MAX_CONNECTIONS", 2000),
+                        "socket_timeout": 30,
+                    }
+                ],
                 "prefix": os.environ.get("CHANNELS_PREFIX", "portal"),
                 "capacity": 1000,
             },

@@ -104,7 +104,8 @@ def test_a_worker_that_stops_leaves_no_stdio_process_behind(alice, demo_server, 
 
         async def spawn() -> dict:
             async with Playground(cookie) as ws:
-                return await ws.call(demo_server.pk, "spawn", {"stubborn": True}, timeout=60)
+                # spawn is not read-only, so the default policy asks first.
+                return await ws.call(demo_server.pk, "spawn", {"stubborn": True}, timeout=60, approve="allow_once")
 
         ended = asyncio.run(spawn())
         assert ended["status"] == "succeeded", ended
