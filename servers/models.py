@@ -120,3 +120,7 @@ class Server(models.Model):
 
     def is_admin(self, user: Any) -> bool:
         return Membership.objects.filter(team_id=self.team_id, user=user, role=Role.ADMIN).exists()
+
+
+# Credentials live in a module of their own; importing them here makes them models of this app.
+from .credential_models import Credential, CredentialKind, OAuthFlow, ServerOAuth  # noqa: E402, F401
