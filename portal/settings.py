@@ -131,7 +131,13 @@ else:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": os.environ.get("CHANNELS_PREFIX", "portal"), "capacity": 1000},
+            # redis-py's default 5 s socket timeout races channels_redis's 5 s blocking pop: under load a
+            # receive then fails while holding its channel lock, and that consumer stops hearing anything.
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+                "prefix": os.environ.get("CHANNELS_PREFIX", "portal"),
+                "capacity": 1000,
+            },
         }
     }
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}

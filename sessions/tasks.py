@@ -3,7 +3,7 @@
 from celery import shared_task
 from celery.signals import worker_init, worker_process_shutdown, worker_shutdown
 
-from . import worker
+from . import credentials, oauth, worker
 
 
 @shared_task(name="sessions.run_tool_call")
@@ -21,9 +21,15 @@ def test_connection(server_id: int, user_id: int) -> None:
     worker.execute_test_connection(server_id, user_id)
 
 
+@shared_task(name="sessions.authorize_server")
+def authorize_server(flow_id: int, reply_channel: str) -> None:
+    oauth.start_authorization(flow_id, reply_channel)
+
+
 @worker_init.connect
 def _on_worker_init(sender=None, **_kwargs) -> None:
     worker.start_heartbeat()
+    credentials.start_listener(worker.get_pool())
 
 
 @worker_shutdown.connect

@@ -23,7 +23,7 @@ from django.core.cache import cache
 from servers import actions as server_actions
 from servers.models import Server
 
-from . import actions
+from . import actions, credentials
 from .mcp.config import ConnectionKey, ServerConfig
 from .mcp.errors import ConnectionFailed, Failure
 from .mcp.pool import CallOutcome, ConnectionPool, PoolSettings
@@ -122,8 +122,12 @@ def _run_call(call: ToolCall) -> CallOutcome:
     if server is None or not server.enabled:
         reason = "The server was deleted." if server is None else f"{server.name} is disabled."
         return CallOutcome(CallStatus.REJECTED, failure=Failure("server_unavailable", reason))
-    config = server.to_config()
-    key = connection_key(server, config, call.user_id)
+    prepared = credentials.prepare(server, call.user_id)
+    if prepared.failure is not None:
+        return credentials.settle(
+            server, call.user_id, prepared, CallOutcome(CallStatus.FAILED, failure=prepared.failure)
+        )
+    config, key = prepared.config, prepared.key
     pool = get_pool()
     call_id, user_id = str(call.id), call.user_id
 
@@ -152,9 +156,12 @@ def _run_call(call: ToolCall) -> CallOutcome:
 
     backstop = config.connect_timeout + config.request_timeout + 30
     try:
-        return pool.run(run(), timeout=backstop)
+        outcome = pool.run(run(), timeout=backstop)
     except concurrent.futures.TimeoutError:
-        return CallOutcome(CallStatus.TIMED_OUT, failure=Failure("timeout", f"the worker gave up after {backstop:g} s"))
+        outcome = CallOutcome(
+            CallStatus.TIMED_OUT, failure=Failure("timeout", f"the worker gave up after {backstop:g} s")
+        )
+    return credentials.settle(server, call.user_id, prepared, outcome)
 
 
 # -- listing and testing -----------------------------------------------------------------
@@ -168,15 +175,19 @@ def execute_list_tools(server_id: int, user_id: int, refresh: bool) -> None:
             {"type": "tools", "server": server_id, "error": {"kind": "unknown_server", "message": "Unknown server."}},
         )
         return
-    config = server.to_config()
+    prepared = credentials.prepare(server, user_id)
+    config = prepared.config
     pool = get_pool()
     try:
+        if prepared.failure is not None:
+            raise ConnectionFailed(prepared.failure)
         tools = pool.run(
-            pool.list_tools(connection_key(server, config, user_id), config, refresh),
+            pool.list_tools(prepared.key, config, refresh),
             timeout=config.connect_timeout + config.request_timeout + 30,
         )
     except ConnectionFailed as exc:
-        publish(user_id, {"type": "tools", "server": server_id, "error": exc.failure.as_dict()})
+        failure = credentials.settle_failure(server, user_id, prepared, exc.failure)
+        publish(user_id, {"type": "tools", "server": server_id, "error": failure.as_dict()})
         return
     server_actions.do_record_tools(server_id, tools)
     publish(user_id, {"type": "tools", "server": server_id, "tools": tools})
@@ -186,12 +197,17 @@ def execute_test_connection(server_id: int, user_id: int) -> None:
     server = Server.objects.filter(pk=server_id).first()
     if server is None:
         return
-    config = server.to_config()
+    # The admin tests with their own credentials, as any user would connect.
+    prepared = credentials.prepare(server, user_id)
+    config = prepared.config
     pool = get_pool()
     try:
+        if prepared.failure is not None:
+            raise ConnectionFailed(prepared.failure)
         info = pool.run(pool.probe(config), timeout=config.connect_timeout + config.request_timeout + 30)
     except ConnectionFailed as exc:
-        result: dict[str, Any] = {"ok": False, **exc.failure.as_dict()}
+        failure = credentials.settle_failure(server, user_id, prepared, exc.failure)
+        result: dict[str, Any] = {"ok": False, **failure.as_dict()}
     else:
         server_actions.do_record_tools(server_id, info.pop("tools"))
         result = {"ok": True, **info}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 Transport = Literal["stdio", "http"]
 TRANSPORTS: tuple[Transport, ...] = ("stdio", "http")
@@ -26,6 +26,9 @@ class ServerConfig:
     headers: dict[str, str] = field(default_factory=dict)
     request_timeout: float = 60.0
     connect_timeout: float = 30.0
+    # An httpx2.Auth for HTTP transports (the user's OAuth provider, sessions/mcp/auth.py).
+    # Not data: left out of comparisons and of the fingerprint.
+    auth: Any = field(default=None, compare=False, repr=False)
 
     @property
     def is_local(self) -> bool:

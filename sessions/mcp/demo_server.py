@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import hashlib
 import os
 import struct
 import sys
@@ -130,6 +131,16 @@ async def sleep(seconds: Annotated[float, Field(ge=0, le=3600)] = 5) -> str:
 )
 def fail(reason: str = "it failed on purpose") -> str:
     raise ToolError(reason)
+
+
+@server.tool(
+    title="Digest of an environment variable",
+    description="The SHA-256 of an environment variable's value (shows a secret arrived without showing it).",
+    annotations=ToolAnnotations(readOnlyHint=True),
+)
+def env_digest(name: str) -> str:
+    value = os.environ.get(name)
+    return "unset" if value is None else hashlib.sha256(value.encode()).hexdigest()
 
 
 @server.tool(

@@ -261,6 +261,10 @@ class ConnectionPool:
         if conn is not None:
             await conn.close()
 
+    def keys_for(self, server_id: int) -> list[ConnectionKey]:
+        """The keys of the live connections to a server (to close those whose credentials changed)."""
+        return [key for key in self._connections if key.server_id == server_id]
+
     async def close_all(self) -> None:
         conns = list(self._connections.values())
         self._connections.clear()

@@ -51,6 +51,7 @@ async def _http(config: ServerConfig, errlog: IO[str], trace: HttpTrace) -> Asyn
         timeout=timeout,
         follow_redirects=False,
         event_hooks={"response": [trace.on_response]},
+        auth=config.auth,
     ) as http:
         async with streamable_http_client(config.url, http_client=http) as streams:
             yield streams
