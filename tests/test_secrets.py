@@ -101,3 +101,18 @@ def test_my_credentials_shows_names_and_state_never_values(alice, bob, keyed_ser
     row = Credential.objects.get(user=alice)
     assert bobs.post(f"/credentials/revoke/{row.pk}/").status_code == 404
     assert Credential.objects.filter(pk=row.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("worker")
+def test_a_tampered_value_is_a_clear_error_and_never_sent(alice, bob, keyed_server):
+    set_secret(alice, keyed_server, "alice-value-111111")
+    set_secret(bob, keyed_server, "bobs-value-2222222")
+    # Bob's ciphertext copied into Alice's row: authentic, but sealed for another row.
+    Credential.objects.filter(user=alice).update(ciphertext=Credential.objects.get(user=bob).ciphertext)
+    ended = call(alice, keyed_server, "env_digest", name="DEMO_KEY")
+    assert ended["status"] == "failed" and ended["error_kind"] == "needs_auth", ended
+    assert "credential unreadable, connect again" in ended["error"]
+    set_secret(alice, keyed_server, "alice-value-333333")  # setting it again repairs it
+    fixed = call(alice, keyed_server, "env_digest", name="DEMO_KEY")
+    assert fixed["result"]["content"][0]["text"] == hashlib.sha256(b"alice-value-333333").hexdigest()
