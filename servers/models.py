@@ -238,3 +238,7 @@ class TeamPolicy(models.Model):
 
     def as_defaults(self) -> Defaults:
         return Defaults(read_only=self.read_only, destructive=self.destructive, other=self.other)  # type: ignore[arg-type]
+
+
+# Credentials live in a module of their own; importing them here makes them models of this app.
+from .credential_models import Credential, CredentialKind, OAuthFlow, ServerOAuth  # noqa: E402, F401

@@ -48,6 +48,34 @@ def _strings(content: dict[str, Any], name: str, limit: int = 100_000, max_items
     return value
 
 
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(key) or _has_nul(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(item) for item in value)
+    return False
+
+
+def _load_message(text: str) -> Any:
+    """The message as JSON that every database stores: Python's parser also takes NaN and Infinity,
+    and escapes for NUL or lone surrogates, which SQLite's and PostgreSQL's JSON columns refuse."""
+    try:
+        content = json.loads(text, parse_constant=_refuse_constant)
+        stored = json.dumps(content, ensure_ascii=False)
+        stored.encode("utf-8")  # a lone surrogate cannot be encoded
+    except (ValueError, UnicodeEncodeError, RecursionError):
+        raise MessageError("The message is not valid JSON.") from None
+    if _has_nul(content):
+        raise MessageError("The message contains a NUL character, which is not stored.")
+    return content
+
+
 class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -77,10 +105,7 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
                 raise MessageError("Send JSON text frames.")
             if len(text_data) > MAX_MESSAGE_BYTES:
                 raise MessageError(f"Messages are limited to {MAX_MESSAGE_BYTES} bytes.")
-            try:
-                content = json.loads(text_data)
-            except ValueError:
-                raise MessageError("The message is not valid JSON.") from None
+            content = _load_message(text_data)
             if not isinstance(content, dict):
                 raise MessageError("A message must be a JSON object with a 'type'.")
             ref = content.get("ref") if isinstance(content.get("ref"), (str, int)) else None

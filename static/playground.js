@@ -203,6 +203,9 @@ function renderOutcome(event) {
   if (event.error) {
     out.append(h("div", { class: "call-error", role: "alert" }, h("strong", { text: event.error_kind ? `${event.error_kind}: ` : "" }), event.error));
   }
+  if (event.error_kind === "needs_auth") {
+    out.append(h("p", {}, h("a", { class: "button primary", href: `/credentials/#server-${event.server}`, text: "Connect your account" })));
+  }
   if (event.details?.errors) showArgumentErrors(event.details.errors);
   if (event.details?.stderr_tail) {
     out.append(h("details", { open: true }, h("summary", { text: "Server stderr (last lines)" }), h("pre", { text: event.details.stderr_tail })));

@@ -201,6 +201,10 @@ def test_malformed_messages_get_clear_errors_and_the_socket_stays_open(alice, de
         {"type": "call", "server": demo_server.pk, "tool": ""},
         {"type": "call", "server": demo_server.pk, "tool": "echo", "arguments": [1]},
         {"type": "list_tools", "server": None},
+        # JSON Python reads but the databases' JSON columns refuse: NaN, a NUL, a lone surrogate.
+        f'{{"type": "call", "server": {demo_server.pk}, "tool": "echo", "arguments": {{"message": NaN}}}}',
+        f'{{"type": "call", "server": {demo_server.pk}, "tool": "echo", "arguments": {{"message": "a\\u0000b"}}}}',
+        f'{{"type": "call", "server": {demo_server.pk}, "tool": "echo", "arguments": {{"message": "\\ud800"}}}}',
     ]
 
     async def scenario():
@@ -216,6 +220,11 @@ def test_malformed_messages_get_clear_errors_and_the_socket_stays_open(alice, de
     assert len(errors) == len(bad)
     assert errors[0]["message"] == "The message is not valid JSON."
     assert "Unknown message type" in errors[3]["message"]
+    assert [e["message"] for e in errors[-3:]] == [
+        "The message is not valid JSON.",
+        "The message contains a NUL character, which is not stored.",
+        "The message is not valid JSON.",
+    ]
     assert ended["status"] == "succeeded"
     assert ToolCall.objects.count() == 1
 
