@@ -211,11 +211,18 @@ async def _wait(layer: Any, channel: str, seconds: float) -> dict[str, Any] | No
         return None
 
 
-def _after(request: HttpRequest, message: dict[str, Any] | None, back: str) -> HttpResponse:
+def _after(request: HttpRequest, message: dict[str, Any] | None, back: str, server_name: str = "") -> HttpResponse:
     if message is None:
         messages.error(request, "No worker answered in time. Try again in a moment.")
     elif message.get("type") == "oauth.redirect":
         # Off to the authorization server's page (another one, for a step-up).
+        if request.method == "POST":
+            # A form's redirect to another origin is blocked by the CSP's form-action 'self'
+            # (browsers check every hop); a page that navigates on its own is not a form submission.
+            context = {"url": message["url"], "server_name": server_name or "the server"}
+            response = render(request, "servers/oauth_redirect.html", context)
+            response["Cache-Control"] = "no-store"
+            return response
         return HttpResponseRedirect(message["url"])
     elif message.get("ok"):
         messages.success(request, message.get("message", "Connected."))
@@ -247,7 +254,8 @@ async def oauth_connect(request: HttpRequest, server_id: int) -> HttpResponse:
         await database_sync_to_async(tasks.authorize_server.delay)(flow.pk, reply)
         # Discovery and registration happen before the authorization URL exists.
         answer = await _wait(layer, reply, settings.MCP_CONNECT_TIMEOUT + 15)
-    return _after(request, answer, back)
+    # Rendering reads the session and the user: sync code.
+    return await database_sync_to_async(_after)(request, answer, back, server.name)
 
 
 @database_sync_to_async
@@ -283,4 +291,4 @@ async def oauth_callback(request: HttpRequest) -> HttpResponse:
         await layer.send(channel, {"type": "oauth.callback", "reply": reply, **answer})
         # The worker exchanges the code and completes the handshake before it answers.
         outcome = await _wait(layer, reply, settings.MCP_CONNECT_TIMEOUT + 30)
-    return _after(request, outcome, flow.return_to or "my_credentials")
+    return await database_sync_to_async(_after)(request, outcome, flow.return_to or "my_credentials")

@@ -1,7 +1,7 @@
 """Driving the test authorization server (tests/oauth_server.py) like a person with a browser would.
 
-There are no browser tests in this project yet, so the consent page is driven with httpx:
-the authorization URL is fetched, its form submitted, and the redirect to the portal's
+Most tests drive the consent page with httpx (tests/browser/test_credentials_browser.py does it in
+Chromium): the authorization URL is fetched, its form submitted, and the redirect to the portal's
 callback is followed by the logged-in Django test client.
 """
 
@@ -37,12 +37,25 @@ def control(base: str, **changes) -> None:
     httpx.post(f"{base}/_control", json=changes, timeout=10).raise_for_status()
 
 
+def authorization_url(started) -> str:
+    """The authorization page a Connect answer sends the browser to.
+
+    The answer to the Connect form is a page that navigates there itself (a meta refresh and a
+    link): a form's redirect to another origin would break the CSP's form-action 'self'.
+    """
+    page = started.content.decode()
+    assert started.status_code == 200, page
+    found = re.search(r'<meta http-equiv="refresh" content="0;url=([^"]+)">', page)
+    assert found, f"expected the way to the authorization page, got {page[:500]}"
+    url = unescape(found.group(1))
+    assert not url.startswith("/"), f"expected the authorization page, got {url}"
+    return url
+
+
 def connect(client, server_id: int, username: str, next_url: str = "/credentials/") -> str:
     """Press "Connect your account", consent, come back; returns where the portal sent the browser."""
     started = client.post(f"/credentials/{server_id}/connect/", {"next": next_url})
-    assert started.status_code == 302, started.content
-    assert not started["Location"].startswith("/"), f"expected the authorization page, got {started['Location']}"
-    back = client.get(approve(started["Location"], username))
+    back = client.get(approve(authorization_url(started), username))
     assert back.status_code == 302, back.content
     return back["Location"]
 

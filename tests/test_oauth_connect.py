@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 
 from servers.credential_models import Credential
-from tests.oauth_helpers import approve, connect, stats
+from tests.oauth_helpers import approve, authorization_url, connect, stats
 from tests.ws import Playground, session_cookie
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
@@ -51,7 +51,7 @@ def test_it_connects_through_the_browser_flow_and_calls_as_that_user(alice, oaut
 def test_a_denied_consent_says_so_and_stores_no_tokens(alice, oauth_server):
     client = logged_in(alice)
     started = client.post(f"/credentials/{oauth_server.pk}/connect/", {"next": "/credentials/"})
-    back = client.get(approve(started["Location"], "alice", decision="deny"), follow=True)
+    back = client.get(approve(authorization_url(started), "alice", decision="deny"), follow=True)
     assert "access_denied" in back.content.decode()
     assert not Credential.objects.filter(server=oauth_server, user=alice, has_tokens=True).exists()
 
@@ -59,7 +59,7 @@ def test_a_denied_consent_says_so_and_stores_no_tokens(alice, oauth_server):
 def test_a_callback_cannot_be_replayed_or_used_by_someone_else(alice, bob, oauth_server):
     alice_client = logged_in(alice)
     started = alice_client.post(f"/credentials/{oauth_server.pk}/connect/", {"next": "/credentials/"})
-    callback = approve(started["Location"], "alice")
+    callback = approve(authorization_url(started), "alice")
     stolen = logged_in(bob).get(callback, follow=True)
     assert "expired or was already used" in stolen.content.decode()
     assert alice_client.get(callback).status_code == 302

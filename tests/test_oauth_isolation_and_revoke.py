@@ -37,9 +37,9 @@ def test_two_users_call_the_same_server_at_once_each_with_their_own_token(alice,
 def test_a_team_connection_serves_members_without_their_own(alice, bob, oauth_server):
     client = logged_in(alice)
     started = client.post(f"/credentials/{oauth_server.pk}/connect/", {"next": "/credentials/", "for_team": "1"})
-    from tests.oauth_helpers import approve
+    from tests.oauth_helpers import approve, authorization_url
 
-    client.get(approve(started["Location"], "team-robot"))
+    client.get(approve(authorization_url(started), "team-robot"))
     assert call(bob, oauth_server, "whoami")["result"]["content"][0]["text"] == "team-robot"
     connect(logged_in(bob), oauth_server.pk, "bob-at-idp")
     assert call(bob, oauth_server, "whoami")["result"]["content"][0]["text"] == "bob-at-idp"

@@ -98,7 +98,8 @@ def live_portal(django_db_setup, django_db_blocker, worker) -> Iterator[dict]:
     process = subprocess.Popen(
         [sys.executable, "manage.py", "runportal", "--port", str(port)],
         cwd=ROOT,
-        env=_portal_env(db),
+        # The portal's own address, from which the OAuth redirect URI is made (docs/credentials.md).
+        env={**_portal_env(db), "SITE_URL": f"http://127.0.0.1:{port}"},
         stdout=log,
         stderr=subprocess.STDOUT,
     )
