@@ -66,6 +66,8 @@ def base_env() -> dict[str, str]:
         LOG_LEVEL="INFO",
         # 200 users × 2 servers must fit in one worker's pool, or eviction would reconnect warm users.
         MCP_POOL_MAX_CONNECTIONS="2000",
+        # The demo servers listen on 127.0.0.1, which the distributed mode refuses by default.
+        PORTAL_ALLOW_PRIVATE_NETWORK="1",
     )
     return env
 

@@ -220,6 +220,12 @@ PORTAL_WORKER_HEARTBEAT_SECONDS = envfloat("PORTAL_WORKER_HEARTBEAT_SECONDS", 5.
 # How long a call waits for a person to approve it before it ends as timed out.
 PORTAL_APPROVAL_TIMEOUT = envfloat("PORTAL_APPROVAL_TIMEOUT", 300.0)
 MCP_HEALTH_CHECK_SECONDS = envfloat("MCP_HEALTH_CHECK_SECONDS", 60.0)
+# Outbound limits (docs/security.md). Loopback and private addresses are reachable only where the
+# operator says so: on by default in the embedded mode (local servers while developing), off in the
+# distributed mode. Cloud metadata, link-local and other special addresses are never reachable.
+PORTAL_ALLOW_PRIVATE_NETWORK = envbool("PORTAL_ALLOW_PRIVATE_NETWORK", EMBEDDED)
+# If set (comma-separated names or paths), the only executables a stdio server may start.
+PORTAL_STDIO_COMMANDS = envlist("PORTAL_STDIO_COMMANDS", "")
 # A call routed to a worker that died before its heartbeat expired runs elsewhere after this long.
 PORTAL_AFFINITY_GRACE_SECONDS = envfloat("PORTAL_AFFINITY_GRACE_SECONDS", PORTAL_WORKER_HEARTBEAT_SECONDS * 3 + 1)
 

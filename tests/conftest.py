@@ -25,6 +25,11 @@ ROOT = Path(__file__).resolve().parent.parent
 def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get("PORTAL_REQUIRE_DISTRIBUTED") and settings.PORTAL_MODE != "distributed":
         pytest.exit("PORTAL_REQUIRE_DISTRIBUTED is set but the settings are not in the distributed mode", 2)
+    # The demo servers listen on 127.0.0.1: the tests allow private addresses explicitly, in this
+    # process and in every worker or portal process they start (tests/security/test_ssrf_wiring.py
+    # shows them refused with the setting off, the distributed mode's default).
+    os.environ.setdefault("PORTAL_ALLOW_PRIVATE_NETWORK", "1")
+    settings.PORTAL_ALLOW_PRIVATE_NETWORK = os.environ["PORTAL_ALLOW_PRIVATE_NETWORK"] == "1"
     # Consumers run database work on helper threads; with persistent connections those threads
     # would still hold the test database open when pytest-django drops it.
     settings.DATABASES["default"]["CONN_MAX_AGE"] = 0

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .ssrf import NetworkPolicy
+
 Transport = Literal["stdio", "http", "sse", "websocket"]
 TRANSPORTS: tuple[Transport, ...] = ("stdio", "http", "sse", "websocket")
 LOCAL_TRANSPORTS: frozenset[str] = frozenset({"stdio"})
@@ -79,6 +81,11 @@ class ServerConfig:
     negotiated: Negotiated | None = None
     # Where `${VAR}` comes from; left out of equality, repr and the fingerprint.
     variables: tuple[Mapping[str, str], ...] = field(default=(), compare=False, repr=False)
+    # The operator's limits, checked when a connection opens (sessions/mcp/ssrf.py, commands.py):
+    # which addresses a URL may reach (strict unless said otherwise) and, if not empty, the only
+    # executables a stdio server may start.
+    network: NetworkPolicy = field(default=NetworkPolicy(), compare=False)
+    allowed_commands: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def is_local(self) -> bool:
