@@ -68,6 +68,8 @@ def base_env() -> dict[str, str]:
         MCP_POOL_MAX_CONNECTIONS="2000",
         # The demo servers listen on 127.0.0.1, which the distributed mode refuses by default.
         PORTAL_ALLOW_PRIVATE_NETWORK="1",
+        # The bench's users call as fast as the portal answers; the per-user limit would measure itself.
+        PORTAL_TOOL_CALLS_PER_MINUTE="0",
     )
     return env
 

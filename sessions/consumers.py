@@ -10,7 +10,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from servers.models import Server
 
-from . import actions, affinity, tasks
+from . import actions, affinity, limits, tasks
 from .worker import user_group
 
 MAX_MESSAGE_BYTES = 1_000_000
@@ -97,6 +97,20 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         arguments = content.get("arguments", {})
         if not isinstance(arguments, dict):
             raise MessageError("'arguments' must be a JSON object.")
+        try:
+            await database_sync_to_async(limits.take_tool_call)(self.user.pk)
+        except limits.RateLimited as exc:
+            # Not started and not recorded (sessions/limits.py says why); the page is told when to retry.
+            await self.send_json(
+                {
+                    "type": "error",
+                    "ref": ref,
+                    "kind": "rate_limited",
+                    "message": str(exc),
+                    "retry_after": exc.retry_after,
+                }
+            )
+            return
         call = await database_sync_to_async(actions.do_start_tool_call)(self.user, server_id, tool, arguments)
         # Fields the browser adds (a "decision", an approval id) are ignored: the action decides.
         await self.send_json(

@@ -30,6 +30,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # shows them refused with the setting off, the distributed mode's default).
     os.environ.setdefault("PORTAL_ALLOW_PRIVATE_NETWORK", "1")
     settings.PORTAL_ALLOW_PRIVATE_NETWORK = os.environ["PORTAL_ALLOW_PRIVATE_NETWORK"] == "1"
+    # Many tests start calls as the same few people within a minute: the per-user limit is off here
+    # and on in tests/security/test_rate_limits.py.
+    settings.PORTAL_TOOL_CALLS_PER_MINUTE = 0
     # Consumers run database work on helper threads; with persistent connections those threads
     # would still hold the test database open when pytest-django drops it.
     settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
