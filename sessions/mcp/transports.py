@@ -81,12 +81,18 @@ async def stdio_transport(config: ServerConfig, errlog: IO[str], trace: HttpTrac
 
     async def stdout_reader() -> None:
         assert process.stdout is not None
-        buffer = ""
+        # The pieces of a line not yet ended. Kept as a list and joined once the line ends: adding
+        # each 64 KB chunk to a string would copy a 50 MB answer hundreds of times over.
+        pending: list[str] = []
         async with read_writer:
             try:
                 async for chunk in TextReceiveStream(process.stdout, errors="replace"):
-                    lines = (buffer + chunk).split("\n")
-                    buffer = lines.pop()
+                    if "\n" not in chunk:
+                        pending.append(chunk)
+                        continue
+                    first, *rest = chunk.split("\n")
+                    lines = ["".join([*pending, first]), *rest[:-1]]
+                    pending = [rest[-1]] if rest[-1] else []
                     for line in lines:
                         if not line.strip():
                             continue

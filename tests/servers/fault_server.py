@@ -3,6 +3,7 @@
 Handshake era only (run it with the server's protocol set to "legacy"). Its tools:
 - `environment`: the names of the environment variables it was started with;
 - `hang`: writes its pid to `pidfile`, then never answers (a test kills it mid-call);
+- `wait_for`: answers once the file `path` exists (a test decides when the call ends);
 - `flood`: `count` progress notifications and `count` log messages, then the answer;
 - `huge`: an answer of `megabytes` MB of text;
 - `garbage`: lines that are not JSON-RPC (and answers to requests never made), then the answer;
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 TOOLS = [
     {
@@ -26,6 +28,12 @@ TOOLS = [
         "name": "hang",
         "description": "Never answers.",
         "inputSchema": {"type": "object", "properties": {"pidfile": {"type": "string"}}},
+        "annotations": {"readOnlyHint": True},
+    },
+    {
+        "name": "wait_for",
+        "description": "Answers once a file exists.",
+        "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
         "annotations": {"readOnlyHint": True},
     },
     {
@@ -84,6 +92,10 @@ def call(request_id, name: str, arguments: dict, meta: dict) -> None:
             with open(arguments["pidfile"], "w") as handle:
                 handle.write(str(os.getpid()))
         # No answer, ever: the test kills this process (or the call times out).
+    elif name == "wait_for":
+        while not os.path.exists(arguments["path"]):
+            time.sleep(0.02)
+        text_result(request_id, "the file is there")
     elif name == "flood":
         count = int(arguments.get("count", 1000))
         token = meta.get("progressToken")
