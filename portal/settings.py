@@ -238,6 +238,9 @@ PORTAL_ALLOW_PRIVATE_NETWORK = envbool("PORTAL_ALLOW_PRIVATE_NETWORK", EMBEDDED)
 PORTAL_STDIO_COMMANDS = envlist("PORTAL_STDIO_COMMANDS", "")
 # Tool calls a person may start in any one minute (sessions/limits.py); 0 turns the limit off.
 PORTAL_TOOL_CALLS_PER_MINUTE = envint("PORTAL_TOOL_CALLS_PER_MINUTE", 60)
+# A call still pending this long after it was queued is queued again (its task was lost, e.g. with
+# a broker restart); claiming is a compare-and-set, so a copy that was not lost does nothing.
+PORTAL_PENDING_RESEND_SECONDS = envfloat("PORTAL_PENDING_RESEND_SECONDS", 120.0)
 # A call routed to a worker that died before its heartbeat expired runs elsewhere after this long.
 PORTAL_AFFINITY_GRACE_SECONDS = envfloat("PORTAL_AFFINITY_GRACE_SECONDS", PORTAL_WORKER_HEARTBEAT_SECONDS * 3 + 1)
 

@@ -15,12 +15,15 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from datetime import timedelta
 from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.cache import cache
+from django.db import close_old_connections
+from django.utils import timezone
 
 from servers import actions as server_actions
 from servers.models import Membership, Server
@@ -466,6 +469,8 @@ def start_heartbeat(name: str = WORKER_NAME) -> threading.Thread:
     interval = settings.PORTAL_WORKER_HEARTBEAT_SECONDS
     _stopping.clear()
 
+    sweeper = Sweeper(name)
+
     def beat() -> None:
         while not _stopping.is_set():
             try:
@@ -476,11 +481,71 @@ def start_heartbeat(name: str = WORKER_NAME) -> threading.Thread:
                     affinity.record(_pool.keys(), name)
             except Exception:  # noqa: BLE001 - a cache outage must not kill the worker
                 log.warning("worker heartbeat failed", exc_info=True)
+            try:
+                sweeper.sweep()
+            except Exception:  # noqa: BLE001 - nor a database outage
+                log.warning("the sweep for orphaned calls failed", exc_info=True)
+            finally:
+                close_old_connections()
             _stopping.wait(interval)
 
     thread = threading.Thread(target=beat, name="portal-heartbeat", daemon=True)
     thread.start()
     return thread
+
+
+class Sweeper:
+    """Ends calls whose worker died, and sends again calls whose task was lost (run from the heartbeat).
+
+    A worker counts as dead once its heartbeat has been missing for a whole heartbeat TTL as this
+    worker saw it, and only while this worker's own heartbeat can be read: an emptied or
+    unreachable cache (a Redis restart) must not look like every worker dying at once. A call
+    still pending long after it was queued (its task lost with a broker restart) is queued again;
+    claiming is a compare-and-set, so a copy that was not lost after all does nothing.
+    """
+
+    def __init__(self, name: str = WORKER_NAME) -> None:
+        self.name = name
+        self.missing_since: dict[str, float] = {}
+        self.resent: dict[str, float] = {}
+
+    def sweep(self, now: float | None = None) -> dict[str, int]:
+        now = time.monotonic() if now is None else now
+        done = {"ended": 0, "resent": 0}
+        if not affinity.is_alive(self.name):
+            self.missing_since.clear()  # what we cannot see, we do not judge
+            return done
+        ttl = affinity.heartbeat_ttl()
+        running = ToolCall.objects.filter(status=CallStatus.RUNNING).exclude(worker="")
+        workers = set(running.values_list("worker", flat=True).distinct())
+        for worker in workers:
+            if worker == self.name or affinity.is_alive(worker):
+                self.missing_since.pop(worker, None)
+                continue
+            first_missed = self.missing_since.setdefault(worker, now)
+            if now - first_missed < ttl:
+                continue
+            for call_id in running.filter(worker=worker).values_list("pk", flat=True):
+                if actions.do_end_orphaned_call(call_id, worker) is not None:
+                    done["ended"] += 1
+                    log.warning("ended call %s: its worker %s stopped", call_id, worker)
+        for gone in set(self.missing_since) - workers:
+            del self.missing_since[gone]
+        stale = timezone.now() - timedelta(seconds=settings.PORTAL_PENDING_RESEND_SECONDS)
+        for call_id in ToolCall.objects.filter(status=CallStatus.PENDING, created_at__lt=stale).values_list(
+            "pk", flat=True
+        )[:100]:
+            key = str(call_id)
+            if now - self.resent.get(key, -1e9) < settings.PORTAL_PENDING_RESEND_SECONDS:
+                continue
+            self.resent[key] = now
+            from .tasks import run_tool_call
+
+            run_tool_call.apply_async((key,), queue=affinity.shared_queue())
+            done["resent"] += 1
+        if len(self.resent) > 10_000:
+            self.resent.clear()
+        return done
 
 
 def last_heartbeat() -> dict[str, Any] | None:
