@@ -156,9 +156,10 @@ class Portal:
         self.workdir.cleanup()
 
 
-def _fixtures(env: dict[str, str], users: int, http_url: str) -> dict:
+def _fixtures(env: dict[str, str], users: int, http_url: str, fault_server: bool = False) -> dict:
+    argv = [PYTHON, "-m", "bench.fixtures", "--users", str(users), "--http-url", http_url]
     out = subprocess.run(
-        [PYTHON, "-m", "bench.fixtures", "--users", str(users), "--http-url", http_url],
+        argv + (["--fault-server"] if fault_server else []),
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -181,21 +182,33 @@ def _reset_distributed_stores() -> None:
     redis.Redis.from_url(BENCH_REDIS).flushdb()
 
 
-def start_portal(mode: str, users: int, http_url: str) -> Portal:
+def start_portal(
+    mode: str,
+    users: int,
+    http_url: str,
+    stores: tuple[str, str] | None = None,
+    extra_env: dict[str, str] | None = None,
+    fault_server: bool = False,
+) -> Portal:
+    """The portal in `mode`. `stores` is (DATABASE_URL, REDIS_URL) of the caller's own, already
+    empty (bench/services.py); without it the distributed mode resets the bench's database and Redis db."""
     workdir = tempfile.TemporaryDirectory(prefix=f"portal-bench-{mode}-")
     env = base_env()
     env["PORTAL_VAR_DIR"] = workdir.name
+    env.update(extra_env or {})
     if mode == "distributed":
-        _reset_distributed_stores()
+        if stores is None:
+            _reset_distributed_stores()
+        database_url, redis_url = stores or (f"{BENCH_PG}/{BENCH_DATABASE}", BENCH_REDIS)
         env.update(
-            DATABASE_URL=f"{BENCH_PG}/{BENCH_DATABASE}",
-            REDIS_URL=BENCH_REDIS,
+            DATABASE_URL=database_url,
+            REDIS_URL=redis_url,
             CELERY_QUEUE=BENCH_QUEUE,
             CHANNELS_PREFIX=BENCH_QUEUE,
             DJANGO_SECRET_KEY="bench-only-secret-key-0123456789-0123456789",
             PORTAL_SECURE_COOKIES="0",
         )
-    fixtures = _fixtures(env, users, http_url)
+    fixtures = _fixtures(env, users, http_url, fault_server)
     port = free_port()
     handles: list[IO] = []
     logs: list[Path] = []

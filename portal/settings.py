@@ -154,6 +154,8 @@ else:
     }
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
     CELERY_BROKER_URL = REDIS_URL
+    # kombu's Redis transport, made to survive a Redis restart (portal/redis_broker.py).
+    CELERY_BROKER_TRANSPORT = "portal.redis_broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 
 CELERY_TASK_IGNORE_RESULT = True

@@ -58,7 +58,10 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         self.group = user_group(user.pk)
         # Resource subscriptions this socket made, given back when it closes.
         self.subscriptions: set[tuple[int, str]] = set()
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        try:
+            await self.channel_layer.group_add(self.group, self.channel_name)
+        except Exception:  # noqa: BLE001 - after a Redis restart the first use of a pooled connection fails
+            await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
 
     async def disconnect(self, code: int) -> None:

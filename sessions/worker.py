@@ -35,7 +35,7 @@ from .mcp.config import ConnectionKey, Negotiated, ServerConfig
 from .mcp.errors import ConnectionFailed, Failure
 from .mcp.pool import CallOutcome, ConnectionPool, PoolEvents, PoolSettings
 from .mcp.schema import validate_arguments
-from .models import CallStatus, ToolCall
+from .models import Approval, ApprovalState, CallStatus, ToolCall
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,20 @@ def connection_key(server: Server, config: ServerConfig, user_id: int) -> Connec
 
 
 async def _publish(user_id: int, event: dict[str, Any]) -> None:
-    await get_channel_layer().group_send(user_group(user_id), {"type": "portal.event", "event": event})
+    """Best effort: the record in the database is the truth, an event only news of it.
+
+    A channel layer that lost its Redis (a restart) fails the first send on each stale pooled
+    connection; one more try gets a fresh one. If that fails too, the event is dropped (logged):
+    a page that missed it finds the call's end in the history, and a call never fails for it.
+    """
+    message = {"type": "portal.event", "event": event}
+    for attempt in (1, 2):
+        try:
+            await get_channel_layer().group_send(user_group(user_id), message)
+            return
+        except Exception:  # noqa: BLE001 - see above
+            if attempt == 2:
+                log.warning("could not send a %s event to user %s", event.get("type"), user_id, exc_info=True)
 
 
 def owner_user_ids(owner: str) -> list[int]:
@@ -501,7 +514,8 @@ class Sweeper:
     worker saw it, and only while this worker's own heartbeat can be read: an emptied or
     unreachable cache (a Redis restart) must not look like every worker dying at once. A call
     still pending long after it was queued (its task lost with a broker restart) is queued again;
-    claiming is a compare-and-set, so a copy that was not lost after all does nothing.
+    claiming is a compare-and-set, so a copy that was not lost after all does nothing. Approvals
+    past their time whose expiry task was lost the same way are ended.
     """
 
     def __init__(self, name: str = WORKER_NAME) -> None:
@@ -511,7 +525,7 @@ class Sweeper:
 
     def sweep(self, now: float | None = None) -> dict[str, int]:
         now = time.monotonic() if now is None else now
-        done = {"ended": 0, "resent": 0}
+        done = {"ended": 0, "resent": 0, "expired": 0}
         if not affinity.is_alive(self.name):
             self.missing_since.clear()  # what we cannot see, we do not judge
             return done
@@ -545,6 +559,11 @@ class Sweeper:
             done["resent"] += 1
         if len(self.resent) > 10_000:
             self.resent.clear()
+        # Approvals whose expiry task was lost (it waits in the broker for its countdown).
+        overdue = Approval.objects.filter(state=ApprovalState.PENDING, expires_at__lt=timezone.now())
+        for approval_id in overdue.values_list("pk", flat=True)[:100]:
+            actions.do_expire_approval(str(approval_id))
+            done["expired"] += 1
         return done
 
 

@@ -73,3 +73,25 @@ def test_a_call_whose_task_was_lost_is_sent_again(alice, demo_server, worker, se
         assert timezone.now() < deadline, ToolCall.objects.get(pk=lost.pk).status
         time.sleep(0.05)
     assert_recorded(str(lost.pk), CallStatus.SUCCEEDED)
+
+
+def test_an_approval_whose_expiry_task_was_lost_ends_when_overdue(alice, demo_server):
+    from sessions.models import Approval, ApprovalState
+
+    call = ToolCall.objects.create(
+        user=alice,
+        server=demo_server,
+        server_name=demo_server.name,
+        tool="write_note",
+        status=CallStatus.AWAITING_APPROVAL,
+        decision={"effect": "ask", "reason": "test"},
+    )
+    approval = Approval.objects.create(
+        call=call, user=alice, fingerprint="f", decision={"effect": "ask"}, expires_at=timezone.now() - timedelta(1)
+    )
+    sweeper = Sweeper("sweeper-expire:1")
+    affinity.beat(sweeper.name)
+    assert sweeper.sweep(now=0.0)["expired"] == 1
+    assert Approval.objects.get(pk=approval.pk).state == ApprovalState.EXPIRED
+    ended = assert_recorded(str(call.pk), CallStatus.TIMED_OUT)
+    assert ended.error_kind == "approval_timeout"
