@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test test-slow bench lint format migrate bootstrap worker chromium test-servers clean
+.PHONY: run test test-slow bench soak lint format migrate bootstrap worker chromium test-servers clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,13 @@ test-slow: $(VENV)/.installed chromium test-servers
 # does) and is skipped, with a note, when they are not there. BENCH_ARGS=--quick for a short run.
 bench: $(VENV)/.installed
 	$(PY) -m bench $(BENCH_ARGS)
+
+# The soak (docs/security.md): 10 minutes of mixed load on the distributed portal, with faults injected
+# (a worker killed, Redis and PostgreSQL restarted, MCP servers killed, sockets dropped), on a Redis and
+# a PostgreSQL of its own. Writes bench/results/soak-latest.json; fails if any record was lost.
+# SOAK_ARGS="--minutes 3" for a shorter run.
+soak: $(VENV)/.installed
+	$(PY) -m bench.soak $(SOAK_ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -117,4 +117,24 @@ def lost_records(database_url: str) -> dict[str, Any]:
                WHERE t.status NOT IN ('pending', 'running', 'awaiting_approval')
                AND (SELECT count(*) FROM mcp_sessions_auditevent a WHERE a.call_id = t.id AND a.kind = 'call') <> 1"""
         ).fetchone()[0]
-    return {"statuses": statuses, "error_kinds": kinds, "unended": unended, "unaudited": unaudited}
+        unended_rows = [
+            [str(value) for value in row]
+            for row in conn.execute(
+                "SELECT id, tool, status, worker, created_at, started_at FROM mcp_sessions_toolcall "
+                "WHERE status IN ('pending', 'running') LIMIT 10"
+            ).fetchall()
+        ]
+        examples = dict(
+            conn.execute(
+                "SELECT DISTINCT ON (error_kind) error_kind, left(error, 200) FROM mcp_sessions_toolcall "
+                "WHERE error_kind <> '' ORDER BY error_kind, created_at"
+            ).fetchall()
+        )
+    return {
+        "statuses": statuses,
+        "error_kinds": kinds,
+        "examples": examples,
+        "unended": unended,
+        "unended_rows": unended_rows,
+        "unaudited": unaudited,
+    }

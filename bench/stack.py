@@ -121,6 +121,20 @@ class Portal:
     fixtures: dict
     workdir: tempfile.TemporaryDirectory
     _handles: list[IO] = field(default_factory=list)
+    # How a worker process is started, so that one can be started again after it was killed.
+    worker_argv: list[list[str]] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+    def restart_worker(self, index: int) -> subprocess.Popen:
+        """Start worker `index` again (after it died), logging to the same file."""
+        log = self.logs[1 + index]
+        handle = open(log, "a")  # noqa: SIM115 - closed in close()
+        self._handles.append(handle)
+        process = subprocess.Popen(
+            self.worker_argv[index], cwd=ROOT, env=self.env, stdout=handle, stderr=subprocess.STDOUT
+        )
+        self.workers[index] = process
+        return process
 
     @property
     def worker_pids(self) -> list[int]:
@@ -222,32 +236,31 @@ def start_portal(
 
     web = spawn("web", [PYTHON, "manage.py", "runportal", "--port", str(port)])
     workers = []
+    worker_argv: list[list[str]] = []
     if mode == "distributed":
         for index in range(DISTRIBUTED_WORKERS):
-            workers.append(
-                spawn(
-                    f"worker{index}",
-                    [
-                        PYTHON,
-                        "-m",
-                        "celery",
-                        "-A",
-                        "portal",
-                        "worker",
-                        "-P",
-                        "threads",
-                        "-c",
-                        str(WORKER_THREADS),
-                        "--without-mingle",
-                        "--without-gossip",
-                        "-l",
-                        "INFO",
-                        "-n",
-                        f"bench{index}@%h",
-                    ],
-                )
+            worker_argv.append(
+                [
+                    PYTHON,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "portal",
+                    "worker",
+                    "-P",
+                    "threads",
+                    "-c",
+                    str(WORKER_THREADS),
+                    "--without-mingle",
+                    "--without-gossip",
+                    "-l",
+                    "INFO",
+                    "-n",
+                    f"bench{index}@%h",
+                ]
             )
-    portal = Portal(mode, f"http://127.0.0.1:{port}", web, workers, logs, fixtures, workdir, handles)
+            workers.append(spawn(f"worker{index}", worker_argv[-1]))
+    portal = Portal(mode, f"http://127.0.0.1:{port}", web, workers, logs, fixtures, workdir, handles, worker_argv, env)
     try:
         wait_for_port(port, web)
         if workers:

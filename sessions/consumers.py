@@ -16,6 +16,21 @@ from .worker import user_group
 MAX_MESSAGE_BYTES = 1_000_000
 MAX_URI = 2048
 MAX_SUBSCRIPTIONS = 50
+# Daphne refuses to send a WebSocket message over 1 MiB and closes the socket (1011); an event that
+# large (a huge result) goes without its large fields instead, saying so. The record keeps them.
+MAX_EVENT_BYTES = 1_000_000
+LARGE_FIELD = 10_000
+
+
+def _shrunk(event: dict[str, Any], size: int) -> dict[str, Any]:
+    kept = {k: v for k, v in event.items() if len(json.dumps(v)) <= LARGE_FIELD}
+    dropped = sorted(set(event) - set(kept))
+    where = " It is kept in the call's history." if event.get("type") == "call.ended" else ""
+    kept["omitted"] = (
+        f"Too large to send to the page ({size / 1_000_000:.1f} MB; the limit is {MAX_EVENT_BYTES / 1_000_000:g} MB): "
+        f"{', '.join(dropped)} left out.{where}"
+    )
+    return kept
 
 
 class MessageError(Exception):
@@ -255,4 +270,7 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         return Server.objects.administered_by(self.user).filter(pk=server_id).exists()
 
     async def portal_event(self, message: dict[str, Any]) -> None:
-        await self.send_json(message["event"])
+        text = json.dumps(message["event"])
+        if len(text) > MAX_EVENT_BYTES:
+            text = json.dumps(_shrunk(message["event"], len(text)))
+        await self.send(text_data=text)

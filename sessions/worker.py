@@ -22,7 +22,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.cache import cache
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections
 from django.utils import timezone
 
 from servers import actions as server_actions
@@ -197,28 +197,48 @@ def execute_tool_call(call_id: str) -> None:
         outcome = _run_call(call, progress)
         if outcome is None:
             return
-        finished = actions.do_finish_tool_call(
-            call_id,
-            outcome.status,
-            result=outcome.result,
-            error=outcome.failure.message if outcome.failure else "",
-            error_kind=outcome.failure.kind if outcome.failure else "",
-            details={**_details(outcome), **({"progress": progress} if progress else {})},
-            duration_ms=outcome.duration_ms,
-            decision=call.decision,
-            call=call,
-            worker=WORKER_NAME,
-        )
+        ending: dict[str, Any] = {
+            "status": outcome.status,
+            "result": outcome.result,
+            "error": outcome.failure.message if outcome.failure else "",
+            "error_kind": outcome.failure.kind if outcome.failure else "",
+            "details": {**_details(outcome), **({"progress": progress} if progress else {})},
+            "duration_ms": outcome.duration_ms,
+            "decision": call.decision,
+            "worker": WORKER_NAME,
+        }
     except Exception as exc:  # noqa: BLE001 - the record must end, whatever broke
         log.exception("tool call %s failed inside the worker", call_id)
-        finished = actions.do_finish_tool_call(
-            call_id,
-            CallStatus.FAILED,
-            error=f"The worker failed: {type(exc).__name__}: {exc}",
-            error_kind="internal",
-            call=call,
-        )
+        ending = {
+            "status": CallStatus.FAILED,
+            "error": f"The worker failed: {type(exc).__name__}: {exc}",
+            "error_kind": "internal",
+        }
+    finished = _finish_durably(call_id, call, ending)
     publish(call.user_id, {"type": "call.ended", **finished.as_event()})
+
+
+FINISH_ATTEMPTS = 30
+
+
+def _finish_durably(call_id: str, call: ToolCall, ending: dict[str, Any]) -> ToolCall:
+    """Record how the call ended, through a database that may be restarting.
+
+    A restart of PostgreSQL cuts this thread's connection: the write fails, and so would the
+    next one on the same connection. So the broken connection is dropped and the write tried
+    again, about once a second for half a minute, with the call's real outcome (not a failure
+    of the bookkeeping), so a restart between a call's end and its record loses nothing.
+    """
+    for attempt in range(1, FINISH_ATTEMPTS + 1):
+        try:
+            return actions.do_finish_tool_call(call_id, call=call, **ending)
+        except DatabaseError:
+            if attempt == FINISH_ATTEMPTS:
+                raise
+            log.warning("could not record the end of call %s (attempt %d); trying again", call_id, attempt)
+            close_old_connections()
+            time.sleep(1.0)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _details(outcome: CallOutcome) -> dict[str, Any]:
