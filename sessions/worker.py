@@ -258,6 +258,31 @@ def _details(outcome: CallOutcome) -> dict[str, Any]:
 MAX_RECORDED_PROGRESS = 200
 
 
+class ProgressBudget:
+    """How many progress events of one call go to the page: a burst of 20, then 20 a second.
+
+    A server that floods progress would otherwise fill the page's channel (1,000 messages), and
+    the channel layer drops what does not fit: the call's `call.ended` with it. The final step
+    (progress = total) always goes; the record keeps its own sample (MAX_RECORDED_PROGRESS).
+    """
+
+    burst = 20.0
+    per_second = 20.0
+
+    def __init__(self) -> None:
+        self.tokens = self.burst
+        self.at = time.monotonic()
+
+    def take(self, final: bool = False) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.per_second)
+        self.at = now
+        if self.tokens >= 1 or final:
+            self.tokens = max(0.0, self.tokens - 1)
+            return True
+        return False
+
+
 def _run_call(call: ToolCall, progress: list[dict[str, Any]] | None = None) -> CallOutcome | None:
     """List the live tools, check the permission on the live definition, then call.
 
@@ -278,11 +303,14 @@ def _run_call(call: ToolCall, progress: list[dict[str, Any]] | None = None) -> C
     backstop = config.connect_timeout + config.request_timeout + 30
 
     started = time.monotonic()
+    events = ProgressBudget()
 
     async def on_progress(value: float, total: float | None, message: str | None) -> None:
         if progress is not None and len(progress) < MAX_RECORDED_PROGRESS:
             at_ms = round((time.monotonic() - started) * 1000, 1)
             progress.append({"progress": value, "total": total, "message": message, "at_ms": at_ms})
+        if not events.take(final=total is not None and value >= total):
+            return
         await _publish(
             user_id,
             {"type": "call.progress", "call": call_id, "progress": value, "total": total, "message": message},

@@ -75,6 +75,9 @@ def test_a_server_flooding_notifications(alice, fault_server, worker):
     assert ended["result"]["content"][0]["text"] == "sent 3000 of each"
     call = assert_recorded(ended["call"], CallStatus.SUCCEEDED)
     assert len(call.details["progress"]) == 200  # the record keeps a bounded sample
+    # The page gets a bounded number of progress events (a burst, then a rate), the last one included.
+    shown = [e for e in seen if e.get("type") == "call.progress" and e.get("call") == ended["call"]]
+    assert 20 <= len(shown) < 3000 and shown[-1]["progress"] == 3000
     assert_no_call_left_running()
 
 
