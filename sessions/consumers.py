@@ -37,6 +37,10 @@ class MessageError(Exception):
     """A browser message the portal will not act on; its text goes back to the browser."""
 
 
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def _server_id(content: dict[str, Any]) -> int:
     value = content.get("server")
     if isinstance(value, bool) or not isinstance(value, int):
@@ -96,7 +100,8 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
             if len(text_data) > MAX_MESSAGE_BYTES:
                 raise MessageError(f"Messages are limited to {MAX_MESSAGE_BYTES} bytes.")
             try:
-                content = json.loads(text_data)
+                # NaN and Infinity are not JSON (Python reads them anyway): no database can store them.
+                content = json.loads(text_data, parse_constant=_not_json)
             except ValueError:
                 raise MessageError("The message is not valid JSON.") from None
             if not isinstance(content, dict):
