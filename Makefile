@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test test-slow bench lint format migrate bootstrap worker chromium test-servers clean conformance
+.PHONY: run test test-slow bench soak lint format migrate bootstrap worker chromium test-servers clean conformance
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -76,6 +76,13 @@ conformance: $(CONFORMANCE)
 	done; \
 	if [ -n "$$failed" ]; then echo "unexpected conformance failures:$$failed"; exit 1; fi; \
 	echo "conformance: every client scenario passed, but the expected failure(s) in tests/conformance/expected-failures.yml"
+
+# The soak (docs/security.md): 10 minutes of mixed load on the distributed portal, with faults injected
+# (a worker killed, Redis and PostgreSQL restarted, MCP servers killed, sockets dropped), on a Redis and
+# a PostgreSQL of its own. Writes bench/results/soak-latest.json; fails if any record was lost.
+# SOAK_ARGS="--minutes 3" for a shorter run.
+soak: $(VENV)/.installed
+	$(PY) -m bench.soak $(SOAK_ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -77,3 +77,64 @@ class Playground:
                 return event, time.perf_counter() - started
             elif kind == "error" and event.get("ref") == ref:
                 raise CallFailed(event.get("message", "error"))
+
+
+async def call_on_fresh_socket(
+    base_url: str, session: str, server: int, tool: str, arguments: dict[str, Any], timeout: float = 60
+) -> dict[str, Any]:
+    """One call on a socket of its own, as a page that was reloaded: its call.ended event.
+
+    Raises CallFailed for an `error` answer, and the socket's own errors (or TimeoutError) when the
+    portal could not be reached or did not answer in time.
+    """
+    import asyncio
+
+    async with Playground(base_url, session) as page:
+        async with asyncio.timeout(timeout):
+            event, _ = await page.call(server, tool, arguments)
+    return event
+
+
+def lost_records(database_url: str) -> dict[str, Any]:
+    """What the portal's database says about every call: how many, how they ended, what was lost.
+
+    Lost: a call not ended (pending, running), or ended without exactly one audit row for its end.
+    """
+    import psycopg
+
+    with psycopg.connect(database_url) as conn:
+        statuses = dict(conn.execute("SELECT status, count(*) FROM mcp_sessions_toolcall GROUP BY status").fetchall())
+        kinds = dict(
+            conn.execute(
+                "SELECT error_kind, count(*) FROM mcp_sessions_toolcall WHERE error_kind <> '' GROUP BY error_kind"
+            ).fetchall()
+        )
+        unended = conn.execute(
+            "SELECT count(*) FROM mcp_sessions_toolcall WHERE status IN ('pending', 'running')"
+        ).fetchone()[0]
+        unaudited = conn.execute(
+            """SELECT count(*) FROM mcp_sessions_toolcall t
+               WHERE t.status NOT IN ('pending', 'running', 'awaiting_approval')
+               AND (SELECT count(*) FROM mcp_sessions_auditevent a WHERE a.call_id = t.id AND a.kind = 'call') <> 1"""
+        ).fetchone()[0]
+        unended_rows = [
+            [str(value) for value in row]
+            for row in conn.execute(
+                "SELECT id, tool, status, worker, created_at, started_at FROM mcp_sessions_toolcall "
+                "WHERE status IN ('pending', 'running') LIMIT 10"
+            ).fetchall()
+        ]
+        examples = dict(
+            conn.execute(
+                "SELECT DISTINCT ON (error_kind) error_kind, left(error, 200) FROM mcp_sessions_toolcall "
+                "WHERE error_kind <> '' ORDER BY error_kind, created_at"
+            ).fetchall()
+        )
+    return {
+        "statuses": statuses,
+        "error_kinds": kinds,
+        "examples": examples,
+        "unended": unended,
+        "unended_rows": unended_rows,
+        "unaudited": unaudited,
+    }

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from sessions.mcp.config import ConnectionKey, Negotiated, ServerConfig
 from sessions.mcp.pool import ConnectionPool, PoolSettings
+from sessions.mcp.ssrf import LOCAL_NETWORK
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = (sys.executable, "-m", "sessions.mcp.demo_server")
@@ -46,11 +47,17 @@ def ms(seconds: float) -> str:
 def main() -> None:
     pool = ConnectionPool(PoolSettings(health_seconds=0))
     servers = {}
-    configs = {"stdio": ServerConfig(name="demo", transport="stdio", command=DEMO[0], args=DEMO[1:], cwd=str(ROOT))}
+    configs = {
+        "stdio": ServerConfig(
+            network=LOCAL_NETWORK, name="demo", transport="stdio", command=DEMO[0], args=DEMO[1:], cwd=str(ROOT)
+        )
+    }
     for transport, path, scheme in (("http", "/mcp", "http"), ("sse", "/sse", "http"), ("websocket", "/", "ws")):
         port = free_port()
         servers[transport] = serve(transport, port)
-        configs[transport] = ServerConfig(name="demo", transport=transport, url=f"{scheme}://127.0.0.1:{port}{path}")
+        configs[transport] = ServerConfig(
+            network=LOCAL_NETWORK, name="demo", transport=transport, url=f"{scheme}://127.0.0.1:{port}{path}"
+        )
     try:
         print("| transport | era | connect (handshake) ms | warm echo ms |")
         print("|---|---|---|---|")
@@ -70,6 +77,7 @@ def main() -> None:
                 pool.run(pool.drop(key), 30)
 
         silent = ServerConfig(
+            network=LOCAL_NETWORK,
             name="silent",
             transport="stdio",
             command=sys.executable,
@@ -103,7 +111,9 @@ def main() -> None:
 
         port = free_port()
         process = serve("http", port)
-        config = ServerConfig(name="demo", transport="http", url=f"http://127.0.0.1:{port}/mcp", protocol="legacy")
+        config = ServerConfig(
+            network=LOCAL_NETWORK, name="demo", transport="http", url=f"http://127.0.0.1:{port}/mcp", protocol="legacy"
+        )
         key = ConnectionKey.for_owner(4, config, "bench")
         pool.run(pool.call_tool(key, config, "echo", {"message": "x"}), 60)
         process.terminate()

@@ -15,6 +15,7 @@ PASSWORD = "bench-password-not-secret"
 TEAM = "Bench"
 STDIO_SERVER = "echo-stdio"
 HTTP_SERVER = "echo-http"
+FAULT_SERVER = "faulty"  # tests/servers/fault_server.py: hangs, floods, huge answers, invalid JSON-RPC
 
 
 def username(index: int) -> str:
@@ -25,6 +26,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--users", type=int, required=True)
     parser.add_argument("--http-url", required=True)
+    parser.add_argument("--fault-server", action="store_true", help="also register the misbehaving stdio server")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
@@ -58,6 +60,15 @@ def main(argv: list[str] | None = None) -> None:
         },
         HTTP_SERVER: {"transport": "http", "url": args.http_url},
     }
+    if args.fault_server:
+        wanted[FAULT_SERVER] = {
+            "transport": "stdio",
+            "command": sys.executable,
+            "args": ["-m", "tests.servers.fault_server"],
+            "cwd": str(settings.BASE_DIR),
+            "protocol": "legacy",
+            "request_timeout": 5,
+        }
     ids = {}
     for name, fields in wanted.items():
         server = Server.objects.filter(team=team, name=name).first()
@@ -65,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
             server = do_create_server(team, None, {"name": name, **fields})
         else:
             server = do_update_server(server, fields)
-        ids[fields["transport"]] = server.pk
+        ids["fault" if name == FAULT_SERVER else fields["transport"]] = server.pk
     names = [username(i) for i in range(args.users)]
     pks = dict(User.objects.filter(username__in=names).values_list("username", "pk"))
     json.dump({"password": PASSWORD, "users": names, "user_ids": [pks[n] for n in names], "servers": ids}, sys.stdout)

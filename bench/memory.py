@@ -18,6 +18,7 @@ import sys
 from bench.stack import ROOT, children, rss_mb
 from sessions.mcp.config import ConnectionKey, ServerConfig
 from sessions.mcp.pool import ConnectionPool, PoolSettings
+from sessions.mcp.ssrf import LOCAL_NETWORK
 
 
 def _pss_mb(pid: int) -> float:
@@ -77,6 +78,7 @@ def main(argv: list[str] | None = None) -> None:
     counts = sorted(int(c) for c in args.counts.split(","))
     if args.transport == "stdio":
         config = ServerConfig(
+            network=LOCAL_NETWORK,
             name="echo-stdio",
             transport="stdio",
             command=sys.executable,
@@ -84,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
             cwd=str(ROOT),
         )
     else:
-        config = ServerConfig(name="echo-http", transport="http", url=args.url)
+        config = ServerConfig(network=LOCAL_NETWORK, name="echo-http", transport="http", url=args.url)
     json.dump(asyncio.run(measure(config, counts)), sys.stdout)
 
 

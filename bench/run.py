@@ -169,6 +169,10 @@ async def portal_large(portal: Portal, session: str, plan: Plan) -> list[dict[st
                 if event is not None:
                     if event["status"] != "succeeded":
                         raise RuntimeError(f"big({size}) ended {event['status']}: {event.get('error')}")
+                    if "result" not in event:
+                        # Over the socket's 1 MB: the event came without its result (docs/websocket-protocol.md).
+                        outcome = "result omitted from the event (over 1 MB)"
+                        continue
                     received = sum(len(block.get("text", "")) for block in event["result"]["content"])
                     truncation_ms = (event.get("details") or {}).get("truncation_ms", truncation_ms)
         rows.append(

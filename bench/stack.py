@@ -66,6 +66,10 @@ def base_env() -> dict[str, str]:
         LOG_LEVEL="INFO",
         # 200 users × 2 servers must fit in one worker's pool, or eviction would reconnect warm users.
         MCP_POOL_MAX_CONNECTIONS="2000",
+        # The demo servers listen on 127.0.0.1, which the distributed mode refuses by default.
+        PORTAL_ALLOW_PRIVATE_NETWORK="1",
+        # The bench's users call as fast as the portal answers; the per-user limit would measure itself.
+        PORTAL_TOOL_CALLS_PER_MINUTE="0",
     )
     return env
 
@@ -117,6 +121,20 @@ class Portal:
     fixtures: dict
     workdir: tempfile.TemporaryDirectory
     _handles: list[IO] = field(default_factory=list)
+    # How a worker process is started, so that one can be started again after it was killed.
+    worker_argv: list[list[str]] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+    def restart_worker(self, index: int) -> subprocess.Popen:
+        """Start worker `index` again (after it died), logging to the same file."""
+        log = self.logs[1 + index]
+        handle = open(log, "a")  # noqa: SIM115 - closed in close()
+        self._handles.append(handle)
+        process = subprocess.Popen(
+            self.worker_argv[index], cwd=ROOT, env=self.env, stdout=handle, stderr=subprocess.STDOUT
+        )
+        self.workers[index] = process
+        return process
 
     @property
     def worker_pids(self) -> list[int]:
@@ -152,9 +170,10 @@ class Portal:
         self.workdir.cleanup()
 
 
-def _fixtures(env: dict[str, str], users: int, http_url: str) -> dict:
+def _fixtures(env: dict[str, str], users: int, http_url: str, fault_server: bool = False) -> dict:
+    argv = [PYTHON, "-m", "bench.fixtures", "--users", str(users), "--http-url", http_url]
     out = subprocess.run(
-        [PYTHON, "-m", "bench.fixtures", "--users", str(users), "--http-url", http_url],
+        argv + (["--fault-server"] if fault_server else []),
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -177,21 +196,33 @@ def _reset_distributed_stores() -> None:
     redis.Redis.from_url(BENCH_REDIS).flushdb()
 
 
-def start_portal(mode: str, users: int, http_url: str) -> Portal:
+def start_portal(
+    mode: str,
+    users: int,
+    http_url: str,
+    stores: tuple[str, str] | None = None,
+    extra_env: dict[str, str] | None = None,
+    fault_server: bool = False,
+) -> Portal:
+    """The portal in `mode`. `stores` is (DATABASE_URL, REDIS_URL) of the caller's own, already
+    empty (bench/services.py); without it the distributed mode resets the bench's database and Redis db."""
     workdir = tempfile.TemporaryDirectory(prefix=f"portal-bench-{mode}-")
     env = base_env()
     env["PORTAL_VAR_DIR"] = workdir.name
+    env.update(extra_env or {})
     if mode == "distributed":
-        _reset_distributed_stores()
+        if stores is None:
+            _reset_distributed_stores()
+        database_url, redis_url = stores or (f"{BENCH_PG}/{BENCH_DATABASE}", BENCH_REDIS)
         env.update(
-            DATABASE_URL=f"{BENCH_PG}/{BENCH_DATABASE}",
-            REDIS_URL=BENCH_REDIS,
+            DATABASE_URL=database_url,
+            REDIS_URL=redis_url,
             CELERY_QUEUE=BENCH_QUEUE,
             CHANNELS_PREFIX=BENCH_QUEUE,
             DJANGO_SECRET_KEY="bench-only-secret-key-0123456789-0123456789",
             PORTAL_SECURE_COOKIES="0",
         )
-    fixtures = _fixtures(env, users, http_url)
+    fixtures = _fixtures(env, users, http_url, fault_server)
     port = free_port()
     handles: list[IO] = []
     logs: list[Path] = []
@@ -205,32 +236,31 @@ def start_portal(mode: str, users: int, http_url: str) -> Portal:
 
     web = spawn("web", [PYTHON, "manage.py", "runportal", "--port", str(port)])
     workers = []
+    worker_argv: list[list[str]] = []
     if mode == "distributed":
         for index in range(DISTRIBUTED_WORKERS):
-            workers.append(
-                spawn(
-                    f"worker{index}",
-                    [
-                        PYTHON,
-                        "-m",
-                        "celery",
-                        "-A",
-                        "portal",
-                        "worker",
-                        "-P",
-                        "threads",
-                        "-c",
-                        str(WORKER_THREADS),
-                        "--without-mingle",
-                        "--without-gossip",
-                        "-l",
-                        "INFO",
-                        "-n",
-                        f"bench{index}@%h",
-                    ],
-                )
+            worker_argv.append(
+                [
+                    PYTHON,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "portal",
+                    "worker",
+                    "-P",
+                    "threads",
+                    "-c",
+                    str(WORKER_THREADS),
+                    "--without-mingle",
+                    "--without-gossip",
+                    "-l",
+                    "INFO",
+                    "-n",
+                    f"bench{index}@%h",
+                ]
             )
-    portal = Portal(mode, f"http://127.0.0.1:{port}", web, workers, logs, fixtures, workdir, handles)
+            workers.append(spawn(f"worker{index}", worker_argv[-1]))
+    portal = Portal(mode, f"http://127.0.0.1:{port}", web, workers, logs, fixtures, workdir, handles, worker_argv, env)
     try:
         wait_for_port(port, web)
         if workers:

@@ -161,6 +161,8 @@ else:
     }
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
     CELERY_BROKER_URL = REDIS_URL
+    # kombu's Redis transport, made to survive a Redis restart (portal/redis_broker.py).
+    CELERY_BROKER_TRANSPORT = "portal.redis_broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 
 CELERY_TASK_IGNORE_RESULT = True
@@ -191,6 +193,16 @@ ACCOUNT_LOGIN_METHODS = {"username", "email"}
 ACCOUNT_SIGNUP_FIELDS = ["email*", "username*", "password1*", "password2*"]
 ACCOUNT_EMAIL_VERIFICATION = "none"
 ACCOUNT_LOGOUT_ON_GET = False
+# Login and signup rate limits, counted by allauth in the Django cache (Redis in the distributed mode,
+# so they hold across web processes). Spelled out rather than left to allauth's defaults: five failed
+# logins for one account in five minutes lock it for the rest of them; ten a minute per address.
+ACCOUNT_RATE_LIMITS = {
+    "login": "30/m/ip",
+    "login_failed": "10/m/ip,5/300s/key",
+    "signup": "20/m/ip",
+    "reset_password": "20/m/ip,5/m/key",
+    "change_password": "5/m/user",
+}
 LOGIN_URL = "account_login"
 LOGIN_REDIRECT_URL = "/"
 ACCOUNT_LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -227,6 +239,17 @@ PORTAL_WORKER_HEARTBEAT_SECONDS = envfloat("PORTAL_WORKER_HEARTBEAT_SECONDS", 5.
 # How long a call waits for a person to approve it before it ends as timed out.
 PORTAL_APPROVAL_TIMEOUT = envfloat("PORTAL_APPROVAL_TIMEOUT", 300.0)
 MCP_HEALTH_CHECK_SECONDS = envfloat("MCP_HEALTH_CHECK_SECONDS", 60.0)
+# Outbound limits (docs/security.md). Loopback and private addresses are reachable only where the
+# operator says so: on by default in the embedded mode (local servers while developing), off in the
+# distributed mode. Cloud metadata, link-local and other special addresses are never reachable.
+PORTAL_ALLOW_PRIVATE_NETWORK = envbool("PORTAL_ALLOW_PRIVATE_NETWORK", EMBEDDED)
+# If set (comma-separated names or paths), the only executables a stdio server may start.
+PORTAL_STDIO_COMMANDS = envlist("PORTAL_STDIO_COMMANDS", "")
+# Tool calls a person may start in any one minute (sessions/limits.py); 0 turns the limit off.
+PORTAL_TOOL_CALLS_PER_MINUTE = envint("PORTAL_TOOL_CALLS_PER_MINUTE", 60)
+# A call still pending this long after it was queued is queued again (its task was lost, e.g. with
+# a broker restart); claiming is a compare-and-set, so a copy that was not lost does nothing.
+PORTAL_PENDING_RESEND_SECONDS = envfloat("PORTAL_PENDING_RESEND_SECONDS", 120.0)
 # A call routed to a worker that died before its heartbeat expired runs elsewhere after this long.
 PORTAL_AFFINITY_GRACE_SECONDS = envfloat("PORTAL_AFFINITY_GRACE_SECONDS", PORTAL_WORKER_HEARTBEAT_SECONDS * 3 + 1)
 

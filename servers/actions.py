@@ -12,6 +12,7 @@ from sessions.mcp.naming import tool_full_name
 
 from . import mcp_json
 from .models import Effect, Membership, PermissionRule, Role, Server, Team, TeamPolicy, TransportKind
+from .outbound import address_error, command_error
 from .policy import tool_fingerprint
 
 SERVER_FIELDS = (
@@ -78,6 +79,17 @@ def do_record_test(server_id: int, result: dict[str, Any]) -> None:
 def plan_import(team: Team, text: str) -> mcp_json.ParsedConfig:
     """What importing `text` into `team` would do, entry by entry; writes nothing."""
     parsed = mcp_json.parse(text, TransportKind.values)
+    for entry in parsed.entries:
+        if entry.status == "error":
+            continue
+        fields = entry.fields
+        error = (
+            command_error(fields["command"], fields.get("env"), fields.get("cwd") or None)
+            if "command" in fields
+            else address_error(fields.get("url", ""))
+        )
+        if error:
+            entry.fail(error)
     return mcp_json.mark_duplicates(parsed, Server.objects.filter(team=team).values_list("name", flat=True))
 
 

@@ -14,6 +14,7 @@ from sessions.mcp.variables import references
 
 from .mcp_json import MAX_BYTES as MAX_IMPORT_BYTES
 from .models import REMOTE_TRANSPORTS, Effect, ProtocolSetting, Server, Team, TeamPolicy, TransportKind
+from .outbound import address_error, command_error
 from .policy import is_valid_pattern
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -155,6 +156,8 @@ class ServerForm(forms.Form):
         if transport == TransportKind.STDIO:
             if not data.get("command", "").strip():
                 self.add_error("command", "Enter the command that starts the server.")
+            else:
+                self._check_command(data)
             data["url"] = ""
             data["headers"] = {}
         elif transport in REMOTE_TRANSPORTS:
@@ -168,6 +171,8 @@ class ServerForm(forms.Form):
                     URLValidator(schemes=list(schemes))(VARIABLE_REFERENCE.sub("placeholder.example", url))
                 except ValidationError:
                     self.add_error("url", f"Enter a valid {' or '.join(f'{s}://' for s in schemes)} URL.")
+                else:
+                    self._check_address(url)
             data["url"] = url
             data["command"], data["args"], data["env"], data["cwd"] = "", [], {}, ""
         for field_name in ("command", "url", "cwd"):
@@ -181,6 +186,17 @@ class ServerForm(forms.Form):
             if any(normalize_name(other.name).lower() == wanted for other in others.only("name")):
                 self.add_error("name", f"The team already has a server named {name!r}.")
         return data
+
+    def _check_command(self, data: dict[str, Any]) -> None:
+        # Checked again at every start, where a ${VAR} command is checked too.
+        error = command_error(data["command"], data.get("env"), data.get("cwd") or None)
+        if error:
+            self.add_error("command", error)
+
+    def _check_address(self, url: str) -> None:
+        error = address_error(url)
+        if error:
+            self.add_error("url", error)
 
 
 class ImportForm(forms.Form):

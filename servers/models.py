@@ -10,6 +10,7 @@ from django.db import models
 
 from sessions.mcp.config import Negotiated, ServerConfig
 from sessions.mcp.naming import normalize_name
+from sessions.mcp.ssrf import NetworkPolicy
 
 from .policy import Defaults, Rule
 
@@ -152,6 +153,8 @@ class Server(models.Model):
             protocol=self.protocol,  # type: ignore[arg-type]
             negotiated=Negotiated.from_dict(self.negotiated),
             variables=(os.environ,),
+            network=NetworkPolicy(allow_private=settings.PORTAL_ALLOW_PRIVATE_NETWORK),
+            allowed_commands=tuple(settings.PORTAL_STDIO_COMMANDS),
         )
 
     @property

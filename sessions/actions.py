@@ -396,6 +396,28 @@ def do_finish_tool_call(
     return call
 
 
+def do_end_orphaned_call(call_id: Any, worker: str) -> ToolCall | None:
+    """End a call left running by a worker that stopped (killed, crashed, lost its machine).
+
+    Compare-and-set on (running, that worker): if the worker finished it after all, or another
+    sweep got there first, nothing happens. The tool may or may not have run: the record says so.
+    """
+    with transaction.atomic():
+        reason = (
+            f"The worker running this call stopped ({worker}) before it ended; "
+            "the server may or may not have carried it out."
+        )
+        ended = ToolCall.objects.filter(pk=call_id, status=CallStatus.RUNNING, worker=worker).update(
+            status=CallStatus.FAILED, error=reason, error_kind="worker_lost", finished_at=timezone.now()
+        )
+        if not ended:
+            return None
+        call = ToolCall.objects.select_related("server", "user").get(pk=call_id)
+        audit.record_for_call(AuditKind.CALL, call, error=reason)
+        _notify_on_commit(call.user_id, {"type": "call.ended", **call.as_event()})
+    return call
+
+
 def do_set_connection_status(
     server_id: int, owner: str, status: str, failure: Failure | None, worker: str
 ) -> dict[str, Any] | None:

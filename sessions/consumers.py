@@ -10,12 +10,27 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from servers.models import Server
 
-from . import actions, affinity, tasks
+from . import actions, affinity, limits, tasks
 from .worker import user_group
 
 MAX_MESSAGE_BYTES = 1_000_000
 MAX_URI = 2048
 MAX_SUBSCRIPTIONS = 50
+# Daphne refuses to send a WebSocket message over 1 MiB and closes the socket (1011); an event that
+# large (a huge result) goes without its large fields instead, saying so. The record keeps them.
+MAX_EVENT_BYTES = 1_000_000
+LARGE_FIELD = 10_000
+
+
+def _shrunk(event: dict[str, Any], size: int) -> dict[str, Any]:
+    kept = {k: v for k, v in event.items() if len(json.dumps(v)) <= LARGE_FIELD}
+    dropped = sorted(set(event) - set(kept))
+    where = " It is kept in the call's history." if event.get("type") == "call.ended" else ""
+    kept["omitted"] = (
+        f"Too large to send to the page ({size / 1_000_000:.1f} MB; the limit is {MAX_EVENT_BYTES / 1_000_000:g} MB): "
+        f"{', '.join(dropped)} left out.{where}"
+    )
+    return kept
 
 
 class MessageError(Exception):
@@ -86,7 +101,10 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         self.group = user_group(user.pk)
         # Resource subscriptions this socket made, given back when it closes.
         self.subscriptions: set[tuple[int, str]] = set()
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        try:
+            await self.channel_layer.group_add(self.group, self.channel_name)
+        except Exception:  # noqa: BLE001 - after a Redis restart the first use of a pooled connection fails
+            await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
@@ -122,6 +140,20 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         arguments = content.get("arguments", {})
         if not isinstance(arguments, dict):
             raise MessageError("'arguments' must be a JSON object.")
+        try:
+            await database_sync_to_async(limits.take_tool_call)(self.user.pk)
+        except limits.RateLimited as exc:
+            # Not started and not recorded (sessions/limits.py says why); the page is told when to retry.
+            await self.send_json(
+                {
+                    "type": "error",
+                    "ref": ref,
+                    "kind": "rate_limited",
+                    "message": str(exc),
+                    "retry_after": exc.retry_after,
+                }
+            )
+            return
         call = await database_sync_to_async(actions.do_start_tool_call)(self.user, server_id, tool, arguments)
         # Fields the browser adds (a "decision", an approval id) are ignored: the action decides.
         await self.send_json(
@@ -263,4 +295,7 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         return Server.objects.administered_by(self.user).filter(pk=server_id).exists()
 
     async def portal_event(self, message: dict[str, Any]) -> None:
-        await self.send_json(message["event"])
+        text = json.dumps(message["event"])
+        if len(text) > MAX_EVENT_BYTES:
+            text = json.dumps(_shrunk(message["event"], len(text)))
+        await self.send(text_data=text)

@@ -15,12 +15,15 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
+from datetime import timedelta
 from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.cache import cache
+from django.db import DatabaseError, close_old_connections
+from django.utils import timezone
 
 from servers import actions as server_actions
 from servers.models import Membership, Server
@@ -32,7 +35,7 @@ from .mcp.config import ConnectionKey, Negotiated, ServerConfig
 from .mcp.errors import ConnectionFailed, Failure
 from .mcp.pool import CallOutcome, ConnectionPool, PoolEvents, PoolSettings
 from .mcp.schema import validate_arguments
-from .models import CallStatus, ToolCall
+from .models import Approval, ApprovalState, CallStatus, ToolCall
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +80,20 @@ def user_group(user_id: int) -> str:
 
 
 async def _publish(user_id: int, event: dict[str, Any]) -> None:
-    await get_channel_layer().group_send(user_group(user_id), {"type": "portal.event", "event": event})
+    """Best effort: the record in the database is the truth, an event only news of it.
+
+    A channel layer that lost its Redis (a restart) fails the first send on each stale pooled
+    connection; one more try gets a fresh one. If that fails too, the event is dropped (logged):
+    a page that missed it finds the call's end in the history, and a call never fails for it.
+    """
+    message = {"type": "portal.event", "event": event}
+    for attempt in (1, 2):
+        try:
+            await get_channel_layer().group_send(user_group(user_id), message)
+            return
+        except Exception:  # noqa: BLE001 - see above
+            if attempt == 2:
+                log.warning("could not send a %s event to user %s", event.get("type"), user_id, exc_info=True)
 
 
 def owner_user_ids(owner: str) -> list[int]:
@@ -178,28 +194,48 @@ def execute_tool_call(call_id: str) -> None:
         outcome = _run_call(call, progress)
         if outcome is None:
             return
-        finished = actions.do_finish_tool_call(
-            call_id,
-            outcome.status,
-            result=outcome.result,
-            error=outcome.failure.message if outcome.failure else "",
-            error_kind=outcome.failure.kind if outcome.failure else "",
-            details={**_details(outcome), **({"progress": progress} if progress else {})},
-            duration_ms=outcome.duration_ms,
-            decision=call.decision,
-            call=call,
-            worker=WORKER_NAME,
-        )
+        ending: dict[str, Any] = {
+            "status": outcome.status,
+            "result": outcome.result,
+            "error": outcome.failure.message if outcome.failure else "",
+            "error_kind": outcome.failure.kind if outcome.failure else "",
+            "details": {**_details(outcome), **({"progress": progress} if progress else {})},
+            "duration_ms": outcome.duration_ms,
+            "decision": call.decision,
+            "worker": WORKER_NAME,
+        }
     except Exception as exc:  # noqa: BLE001 - the record must end, whatever broke
         log.exception("tool call %s failed inside the worker", call_id)
-        finished = actions.do_finish_tool_call(
-            call_id,
-            CallStatus.FAILED,
-            error=f"The worker failed: {type(exc).__name__}: {exc}",
-            error_kind="internal",
-            call=call,
-        )
+        ending = {
+            "status": CallStatus.FAILED,
+            "error": f"The worker failed: {type(exc).__name__}: {exc}",
+            "error_kind": "internal",
+        }
+    finished = _finish_durably(call_id, call, ending)
     publish(call.user_id, {"type": "call.ended", **finished.as_event()})
+
+
+FINISH_ATTEMPTS = 30
+
+
+def _finish_durably(call_id: str, call: ToolCall, ending: dict[str, Any]) -> ToolCall:
+    """Record how the call ended, through a database that may be restarting.
+
+    A restart of PostgreSQL cuts this thread's connection: the write fails, and so would the
+    next one on the same connection. So the broken connection is dropped and the write tried
+    again, about once a second for half a minute, with the call's real outcome (not a failure
+    of the bookkeeping), so a restart between a call's end and its record loses nothing.
+    """
+    for attempt in range(1, FINISH_ATTEMPTS + 1):
+        try:
+            return actions.do_finish_tool_call(call_id, call=call, **ending)
+        except DatabaseError:
+            if attempt == FINISH_ATTEMPTS:
+                raise
+            log.warning("could not record the end of call %s (attempt %d); trying again", call_id, attempt)
+            close_old_connections()
+            time.sleep(1.0)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _details(outcome: CallOutcome) -> dict[str, Any]:
@@ -217,6 +253,31 @@ def _details(outcome: CallOutcome) -> dict[str, Any]:
 
 
 MAX_RECORDED_PROGRESS = 200
+
+
+class ProgressBudget:
+    """How many progress events of one call go to the page: a burst of 20, then 20 a second.
+
+    A server that floods progress would otherwise fill the page's channel (1,000 messages), and
+    the channel layer drops what does not fit: the call's `call.ended` with it. The final step
+    (progress = total) always goes; the record keeps its own sample (MAX_RECORDED_PROGRESS).
+    """
+
+    burst = 20.0
+    per_second = 20.0
+
+    def __init__(self) -> None:
+        self.tokens = self.burst
+        self.at = time.monotonic()
+
+    def take(self, final: bool = False) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.per_second)
+        self.at = now
+        if self.tokens >= 1 or final:
+            self.tokens = max(0.0, self.tokens - 1)
+            return True
+        return False
 
 
 def _run_call(call: ToolCall, progress: list[dict[str, Any]] | None = None) -> CallOutcome | None:
@@ -253,11 +314,14 @@ def _call_prepared(
     backstop = config.connect_timeout + config.request_timeout + 30
 
     started = time.monotonic()
+    events = ProgressBudget()
 
     async def on_progress(value: float, total: float | None, message: str | None) -> None:
         if progress is not None and len(progress) < MAX_RECORDED_PROGRESS:
             at_ms = round((time.monotonic() - started) * 1000, 1)
             progress.append({"progress": value, "total": total, "message": message, "at_ms": at_ms})
+        if not events.take(final=total is not None and value >= total):
+            return
         await _publish(
             user_id,
             {"type": "call.progress", "call": call_id, "progress": value, "total": total, "message": message},
@@ -486,6 +550,8 @@ def start_heartbeat(name: str = WORKER_NAME) -> threading.Thread:
     interval = settings.PORTAL_WORKER_HEARTBEAT_SECONDS
     _stopping.clear()
 
+    sweeper = Sweeper(name)
+
     def beat() -> None:
         while not _stopping.is_set():
             try:
@@ -496,11 +562,77 @@ def start_heartbeat(name: str = WORKER_NAME) -> threading.Thread:
                     affinity.record(_pool.keys(), name)
             except Exception:  # noqa: BLE001 - a cache outage must not kill the worker
                 log.warning("worker heartbeat failed", exc_info=True)
+            try:
+                sweeper.sweep()
+            except Exception:  # noqa: BLE001 - nor a database outage
+                log.warning("the sweep for orphaned calls failed", exc_info=True)
+            finally:
+                close_old_connections()
             _stopping.wait(interval)
 
     thread = threading.Thread(target=beat, name="portal-heartbeat", daemon=True)
     thread.start()
     return thread
+
+
+class Sweeper:
+    """Ends calls whose worker died, and sends again calls whose task was lost (run from the heartbeat).
+
+    A worker counts as dead once its heartbeat has been missing for a whole heartbeat TTL as this
+    worker saw it, and only while this worker's own heartbeat can be read: an emptied or
+    unreachable cache (a Redis restart) must not look like every worker dying at once. A call
+    still pending long after it was queued (its task lost with a broker restart) is queued again;
+    claiming is a compare-and-set, so a copy that was not lost after all does nothing. Approvals
+    past their time whose expiry task was lost the same way are ended.
+    """
+
+    def __init__(self, name: str = WORKER_NAME) -> None:
+        self.name = name
+        self.missing_since: dict[str, float] = {}
+        self.resent: dict[str, float] = {}
+
+    def sweep(self, now: float | None = None) -> dict[str, int]:
+        now = time.monotonic() if now is None else now
+        done = {"ended": 0, "resent": 0, "expired": 0}
+        if not affinity.is_alive(self.name):
+            self.missing_since.clear()  # what we cannot see, we do not judge
+            return done
+        ttl = affinity.heartbeat_ttl()
+        running = ToolCall.objects.filter(status=CallStatus.RUNNING).exclude(worker="")
+        workers = set(running.values_list("worker", flat=True).distinct())
+        for worker in workers:
+            if worker == self.name or affinity.is_alive(worker):
+                self.missing_since.pop(worker, None)
+                continue
+            first_missed = self.missing_since.setdefault(worker, now)
+            if now - first_missed < ttl:
+                continue
+            for call_id in running.filter(worker=worker).values_list("pk", flat=True):
+                if actions.do_end_orphaned_call(call_id, worker) is not None:
+                    done["ended"] += 1
+                    log.warning("ended call %s: its worker %s stopped", call_id, worker)
+        for gone in set(self.missing_since) - workers:
+            del self.missing_since[gone]
+        stale = timezone.now() - timedelta(seconds=settings.PORTAL_PENDING_RESEND_SECONDS)
+        for call_id in ToolCall.objects.filter(status=CallStatus.PENDING, created_at__lt=stale).values_list(
+            "pk", flat=True
+        )[:100]:
+            key = str(call_id)
+            if now - self.resent.get(key, -1e9) < settings.PORTAL_PENDING_RESEND_SECONDS:
+                continue
+            self.resent[key] = now
+            from .tasks import run_tool_call
+
+            run_tool_call.apply_async((key,), queue=affinity.shared_queue())
+            done["resent"] += 1
+        if len(self.resent) > 10_000:
+            self.resent.clear()
+        # Approvals whose expiry task was lost (it waits in the broker for its countdown).
+        overdue = Approval.objects.filter(state=ApprovalState.PENDING, expires_at__lt=timezone.now())
+        for approval_id in overdue.values_list("pk", flat=True)[:100]:
+            actions.do_expire_approval(str(approval_id))
+            done["expired"] += 1
+        return done
 
 
 def last_heartbeat() -> dict[str, Any] | None:

@@ -210,6 +210,7 @@ function renderOutcome(event) {
   if (event.details?.stderr_tail) {
     out.append(h("details", { open: true }, h("summary", { text: "Server stderr (last lines)" }), h("pre", { text: event.details.stderr_tail })));
   }
+  if (event.omitted) out.append(h("p", { class: "call-note", role: "status", text: event.omitted }));
   if (!event.result) return;
   if (state.callClass === "write") {
     out.append(renderResult(event.result));

@@ -20,11 +20,26 @@ import pytest
 from django.conf import settings
 
 ROOT = Path(__file__).resolve().parent.parent
+LIVE_PORTAL_PORT = 0  # chosen in pytest_configure
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    global LIVE_PORTAL_PORT
+    # The browser tests' portal (tests/browser/conftest.py) listens on one port for the whole run.
+    # The OAuth redirect URI is made from SITE_URL by whichever process runs the flow (a separate
+    # worker, in the distributed mode), so every process the tests start must know that address.
+    LIVE_PORTAL_PORT = free_port()
+    os.environ["SITE_URL"] = f"http://127.0.0.1:{LIVE_PORTAL_PORT}"
     if os.environ.get("PORTAL_REQUIRE_DISTRIBUTED") and settings.PORTAL_MODE != "distributed":
         pytest.exit("PORTAL_REQUIRE_DISTRIBUTED is set but the settings are not in the distributed mode", 2)
+    # The demo servers listen on 127.0.0.1: the tests allow private addresses explicitly, in this
+    # process and in every worker or portal process they start (tests/security/test_ssrf_wiring.py
+    # shows them refused with the setting off, the distributed mode's default).
+    os.environ.setdefault("PORTAL_ALLOW_PRIVATE_NETWORK", "1")
+    settings.PORTAL_ALLOW_PRIVATE_NETWORK = os.environ["PORTAL_ALLOW_PRIVATE_NETWORK"] == "1"
+    # Many tests start calls as the same few people within a minute: the per-user limit is off here
+    # and on in tests/security/test_rate_limits.py.
+    settings.PORTAL_TOOL_CALLS_PER_MINUTE = 0
     # Consumers run database work on helper threads; with persistent connections those threads
     # would still hold the test database open when pytest-django drops it.
     settings.DATABASES["default"]["CONN_MAX_AGE"] = 0

@@ -15,6 +15,7 @@ import pytest
 from sessions.mcp.config import ServerConfig
 from sessions.mcp.errors import ConnectionFailed
 from sessions.mcp.pool import ConnectionPool, PoolSettings
+from sessions.mcp.ssrf import LOCAL_NETWORK
 from sessions.mcp.variables import MissingVariable, expand, expand_config
 from tests.conftest import ServerProcess
 
@@ -86,39 +87,53 @@ def self_signed_https_url(tmp_path_factory) -> Iterator[str]:
 
 
 def test_dns(pool):
-    failure = failure_of(pool, ServerConfig(name="x", transport="http", url="http://no-such-host.invalid/mcp"))
+    failure = failure_of(
+        pool, ServerConfig(network=LOCAL_NETWORK, name="x", transport="http", url="http://no-such-host.invalid/mcp")
+    )
     assert failure.kind == "dns" and "no-such-host.invalid" in failure.message
 
 
 def test_dns_over_websocket(pool):
-    failure = failure_of(pool, ServerConfig(name="x", transport="websocket", url="ws://no-such-host.invalid/"))
+    failure = failure_of(
+        pool, ServerConfig(network=LOCAL_NETWORK, name="x", transport="websocket", url="ws://no-such-host.invalid/")
+    )
     assert failure.kind == "dns"
 
 
 def test_tls(pool, self_signed_https_url):
-    failure = failure_of(pool, ServerConfig(name="x", transport="http", url=self_signed_https_url))
+    failure = failure_of(
+        pool, ServerConfig(network=LOCAL_NETWORK, name="x", transport="http", url=self_signed_https_url)
+    )
     assert failure.kind == "tls" and "certificate" in failure.message.lower()
 
 
 def test_401_needs_auth_over_http_and_sse(pool, token_server):
     for transport, path in (("http", "/mcp"), ("sse", "/sse")):
         url = f"http://127.0.0.1:{token_server.port}{path}"
-        failure = failure_of(pool, ServerConfig(name="x", transport=transport, url=url))
+        failure = failure_of(pool, ServerConfig(network=LOCAL_NETWORK, name="x", transport=transport, url=url))
         assert (failure.kind, failure.status_code) == ("needs_auth", 401), transport
         assert "needs authorization" in failure.message
 
 
 def test_wrong_path_over_sse_and_websocket(pool, demo_sse_url, demo_http_url):
-    sse = failure_of(pool, ServerConfig(name="x", transport="sse", url=demo_sse_url.replace("/sse", "/nope")))
+    sse = failure_of(
+        pool, ServerConfig(network=LOCAL_NETWORK, name="x", transport="sse", url=demo_sse_url.replace("/sse", "/nope"))
+    )
     assert (sse.kind, sse.status_code) == ("http_status", 404) and "wrong path" in sse.message
     # A WebSocket client knocking on an HTTP-only endpoint gets an HTTP status, not a socket.
-    ws = failure_of(pool, ServerConfig(name="x", transport="websocket", url=demo_http_url.replace("http", "ws", 1)))
+    ws = failure_of(
+        pool,
+        ServerConfig(
+            network=LOCAL_NETWORK, name="x", transport="websocket", url=demo_http_url.replace("http", "ws", 1)
+        ),
+    )
     assert ws.kind == "http_status" and ws.status_code is not None
 
 
 def test_header_variables_are_expanded_from_the_portal_environment(pool, token_server, monkeypatch):
     url = f"http://127.0.0.1:{token_server.port}/mcp"
     config = ServerConfig(
+        network=LOCAL_NETWORK,
         name="x",
         transport="http",
         url=url,
@@ -127,7 +142,10 @@ def test_header_variables_are_expanded_from_the_portal_environment(pool, token_s
     )
     assert pool.run(pool.probe(config), timeout=60)["tool_count"] > 0
     missing = failure_of(
-        pool, ServerConfig(name="x", transport="http", url=url, headers={"X-Token": "${PORTAL_TEST_TOKEN}"})
+        pool,
+        ServerConfig(
+            network=LOCAL_NETWORK, name="x", transport="http", url=url, headers={"X-Token": "${PORTAL_TEST_TOKEN}"}
+        ),
     )
     assert missing.kind == "missing_variable"
     assert "${PORTAL_TEST_TOKEN}" in missing.message and "header X-Token" in missing.message
@@ -135,6 +153,7 @@ def test_header_variables_are_expanded_from_the_portal_environment(pool, token_s
 
 def test_process_exit_with_stderr(pool):
     config = ServerConfig(
+        network=LOCAL_NETWORK,
         name="x",
         transport="stdio",
         command=sys.executable,
@@ -157,6 +176,7 @@ def test_expansion_rules():
 
 def test_expansion_covers_every_field_and_never_touches_the_stored_config():
     config = ServerConfig(
+        network=LOCAL_NETWORK,
         name="x",
         transport="stdio",
         command="${BIN}",

@@ -11,6 +11,7 @@ import pytest
 from sessions.mcp.config import ConnectionKey, Negotiated, ServerConfig
 from sessions.mcp.errors import ConnectionFailed
 from sessions.mcp.pool import ConnectionPool, PoolSettings
+from sessions.mcp.ssrf import LOCAL_NETWORK
 from tests.conftest import ROOT
 
 LEGACY_SERVER = str(ROOT / "tests" / "servers" / "legacy_server.py")
@@ -26,13 +27,23 @@ def pool():
 def legacy_config(log: Path, **overrides) -> ServerConfig:
     env = {"LEGACY_LOG": str(log), **overrides.pop("env", {})}
     return ServerConfig(
-        name="legacy", transport="stdio", command=sys.executable, args=(LEGACY_SERVER,), env=env, **overrides
+        network=LOCAL_NETWORK,
+        name="legacy",
+        transport="stdio",
+        command=sys.executable,
+        args=(LEGACY_SERVER,),
+        env=env,
+        **overrides,
     )
 
 
 def test_auto_falls_back_to_the_handshake_with_an_mcp_1x_server(pool, mcp1_python):
     config = ServerConfig(
-        name="v1", transport="stdio", command=mcp1_python, args=(str(ROOT / "tests" / "servers" / "v1_server.py"),)
+        network=LOCAL_NETWORK,
+        name="v1",
+        transport="stdio",
+        command=mcp1_python,
+        args=(str(ROOT / "tests" / "servers" / "v1_server.py"),),
     )
     key = ConnectionKey.for_owner(1, config, "user:1")
 
@@ -75,7 +86,14 @@ def test_what_was_remembered_for_another_config_is_ignored(tmp_path):
 def test_a_remembered_modern_server_is_adopted_without_a_probe(pool):
     from tests.conftest import DEMO_ARGS
 
-    config = ServerConfig(name="demo", transport="stdio", command=sys.executable, args=tuple(DEMO_ARGS), cwd=str(ROOT))
+    config = ServerConfig(
+        network=LOCAL_NETWORK,
+        name="demo",
+        transport="stdio",
+        command=sys.executable,
+        args=tuple(DEMO_ARGS),
+        cwd=str(ROOT),
+    )
     first = pool.run(pool.probe(config), timeout=60)
     assert first["era"] == "modern" and first["negotiated"]["discover"]["supportedVersions"]
     remembered = replace(config, negotiated=Negotiated.from_dict(first["negotiated"]))

@@ -14,6 +14,7 @@ import pytest
 from sessions.mcp.config import ConnectionKey, ServerConfig
 from sessions.mcp.errors import is_session_expired, is_terminal
 from sessions.mcp.pool import Connection, ConnectionPool, PoolSettings
+from sessions.mcp.ssrf import LOCAL_NETWORK
 from tests.conftest import DEMO_ARGS, ROOT
 
 
@@ -26,14 +27,20 @@ def pool():
 
 def stdio_demo(**overrides) -> ServerConfig:
     return ServerConfig(
-        name="demo", transport="stdio", command=sys.executable, args=tuple(DEMO_ARGS), cwd=str(ROOT), **overrides
+        network=LOCAL_NETWORK,
+        name="demo",
+        transport="stdio",
+        command=sys.executable,
+        args=tuple(DEMO_ARGS),
+        cwd=str(ROOT),
+        **overrides,
     )
 
 
 def test_a_server_restarted_under_a_live_session_costs_one_retry(pool, restartable_http_server):
     # The handshake era has sessions (Mcp-Session-Id); 2026-07-28 over HTTP is stateless.
     url = f"http://127.0.0.1:{restartable_http_server.port}/mcp"
-    config = ServerConfig(name="demo", transport="http", url=url, protocol="legacy")
+    config = ServerConfig(network=LOCAL_NETWORK, name="demo", transport="http", url=url, protocol="legacy")
     key = ConnectionKey.for_owner(1, config, "user:1")
     first = pool.run(pool.call_tool(key, config, "echo", {"message": "before"}), timeout=60)
     old = pool.run(pool.connection(key, config), timeout=30)

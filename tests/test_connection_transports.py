@@ -9,6 +9,7 @@ import pytest
 
 from sessions.mcp.config import ConnectionKey, ServerConfig
 from sessions.mcp.pool import ConnectionPool, PoolEvents, PoolSettings
+from sessions.mcp.ssrf import LOCAL_NETWORK
 from sessions.mcp.transports import HttpTrace, _http_client
 from tests.conftest import DEMO_ARGS, ROOT
 
@@ -44,12 +45,19 @@ def transport_config(request) -> ServerConfig:
     transport = request.param
     if transport == "stdio":
         return ServerConfig(
-            name="demo", transport="stdio", command=sys.executable, args=tuple(DEMO_ARGS), cwd=str(ROOT)
+            network=LOCAL_NETWORK,
+            name="demo",
+            transport="stdio",
+            command=sys.executable,
+            args=tuple(DEMO_ARGS),
+            cwd=str(ROOT),
         )
     url = request.getfixturevalue(
         {"http": "demo_http_url", "sse": "demo_sse_url", "websocket": "demo_websocket_url"}[transport]
     )
-    return ServerConfig(name="demo", transport=transport, url=url, headers={"X-Portal-Test": "1"})
+    return ServerConfig(
+        network=LOCAL_NETWORK, name="demo", transport=transport, url=url, headers={"X-Portal-Test": "1"}
+    )
 
 
 @pytest.mark.parametrize("protocol,era", [("auto", "modern"), ("legacy", "legacy")])
@@ -82,7 +90,13 @@ def test_it_calls_tools_with_progress_over_every_transport_in_both_eras(pool, tr
 @pytest.mark.parametrize("protocol", ["auto", "legacy"])
 def test_a_list_changed_notification_drops_the_cached_tools_and_is_reported(pool, recorder, protocol):
     config = ServerConfig(
-        name="demo", transport="stdio", command=sys.executable, args=tuple(DEMO_ARGS), cwd=str(ROOT), protocol=protocol
+        network=LOCAL_NETWORK,
+        name="demo",
+        transport="stdio",
+        command=sys.executable,
+        args=tuple(DEMO_ARGS),
+        cwd=str(ROOT),
+        protocol=protocol,
     )
     key = ConnectionKey.for_owner(1, config, "user:1")
 
@@ -103,7 +117,14 @@ def test_a_list_changed_notification_drops_the_cached_tools_and_is_reported(pool
 
 
 def test_it_reports_pending_then_connected_then_closed(pool, recorder):
-    config = ServerConfig(name="demo", transport="stdio", command=sys.executable, args=tuple(DEMO_ARGS), cwd=str(ROOT))
+    config = ServerConfig(
+        network=LOCAL_NETWORK,
+        name="demo",
+        transport="stdio",
+        command=sys.executable,
+        args=tuple(DEMO_ARGS),
+        cwd=str(ROOT),
+    )
     key = ConnectionKey.for_owner(1, config, "user:7")
     pool.run(pool.call_tool(key, config, "echo", {"message": "x"}), timeout=60)
     pool.run(pool.drop(key), timeout=30)
@@ -111,6 +132,8 @@ def test_it_reports_pending_then_connected_then_closed(pool, recorder):
 
 
 def test_no_read_timeout_is_put_on_the_long_lived_http_streams():
-    config = ServerConfig(name="x", transport="http", url="http://127.0.0.1:1/mcp", connect_timeout=7)
+    config = ServerConfig(
+        network=LOCAL_NETWORK, name="x", transport="http", url="http://127.0.0.1:1/mcp", connect_timeout=7
+    )
     client = _http_client(config, HttpTrace())
     assert client.timeout.read is None and client.timeout.connect == 7

@@ -10,6 +10,7 @@ import pytest
 from sessions.mcp.config import ConnectionKey, ServerConfig
 from sessions.mcp.demo_server import MAX_BIG_BYTES
 from sessions.mcp.pool import ConnectionPool, PoolSettings
+from sessions.mcp.ssrf import LOCAL_NETWORK
 from tests.conftest import DEMO_ARGS, ROOT
 
 
@@ -20,7 +21,9 @@ def pool():
     pool.shutdown()
 
 
-CONFIG = ServerConfig(name="demo", transport="stdio", command=sys.executable, args=tuple(DEMO_ARGS), cwd=str(ROOT))
+CONFIG = ServerConfig(
+    network=LOCAL_NETWORK, name="demo", transport="stdio", command=sys.executable, args=tuple(DEMO_ARGS), cwd=str(ROOT)
+)
 KEY = ConnectionKey.for_owner(1, CONFIG, "user:1")
 
 

@@ -9,12 +9,19 @@ import pytest
 from sessions.mcp.config import ConnectionKey, ServerConfig
 from sessions.mcp.errors import ConnectionFailed
 from sessions.mcp.pool import ConnectionPool, PoolSettings
+from sessions.mcp.ssrf import LOCAL_NETWORK
 from tests.conftest import DEMO_ARGS, ROOT, free_port
 
 
 def stdio_demo(**overrides) -> ServerConfig:
     return ServerConfig(
-        name="demo", transport="stdio", command=sys.executable, args=tuple(DEMO_ARGS), cwd=str(ROOT), **overrides
+        network=LOCAL_NETWORK,
+        name="demo",
+        transport="stdio",
+        command=sys.executable,
+        args=tuple(DEMO_ARGS),
+        cwd=str(ROOT),
+        **overrides,
     )
 
 
@@ -126,19 +133,24 @@ def test_the_probe_reports_the_handshake(pool):
 
 
 def test_it_works_over_streamable_http(pool, demo_http_url):
-    config = ServerConfig(name="demo-http", transport="http", url=demo_http_url, headers={"X-Portal-Test": "1"})
+    config = ServerConfig(
+        network=LOCAL_NETWORK, name="demo-http", transport="http", url=demo_http_url, headers={"X-Portal-Test": "1"}
+    )
     key = ConnectionKey.for_owner(2, config, "user:1")
     outcome = pool.run(pool.call_tool(key, config, "add", {"a": 1, "b": 2}), timeout=60)
     assert outcome.status == "succeeded" and outcome.result["structuredContent"] == {"sum": 3.0}
 
 
 def test_diagnosis_command_not_found(pool):
-    failure = probe_failure(pool, ServerConfig(name="x", transport="stdio", command="/nonexistent/mcp-server"))
+    failure = probe_failure(
+        pool, ServerConfig(network=LOCAL_NETWORK, name="x", transport="stdio", command="/nonexistent/mcp-server")
+    )
     assert failure.kind == "command_not_found" and "/nonexistent/mcp-server" in failure.message
 
 
 def test_diagnosis_process_exited_with_its_stderr(pool):
     config = ServerConfig(
+        network=LOCAL_NETWORK,
         name="x",
         transport="stdio",
         command=sys.executable,
@@ -150,19 +162,22 @@ def test_diagnosis_process_exited_with_its_stderr(pool):
 
 
 def test_diagnosis_connection_refused(pool):
-    failure = probe_failure(pool, ServerConfig(name="x", transport="http", url=f"http://127.0.0.1:{free_port()}/mcp"))
+    failure = probe_failure(
+        pool, ServerConfig(network=LOCAL_NETWORK, name="x", transport="http", url=f"http://127.0.0.1:{free_port()}/mcp")
+    )
     assert failure.kind == "connection_refused"
 
 
 def test_diagnosis_http_status(pool, demo_http_url):
     wrong_path = demo_http_url.replace("/mcp", "/not-mcp")
-    failure = probe_failure(pool, ServerConfig(name="x", transport="http", url=wrong_path))
+    failure = probe_failure(pool, ServerConfig(network=LOCAL_NETWORK, name="x", transport="http", url=wrong_path))
     assert failure.kind == "http_status" and failure.status_code == 404
     assert "HTTP 404" in failure.message and "wrong path" in failure.message
 
 
 def test_diagnosis_handshake_timeout(pool):
     silent = ServerConfig(
+        network=LOCAL_NETWORK,
         name="x",
         transport="stdio",
         command=sys.executable,
@@ -177,6 +192,7 @@ def test_callers_waiting_on_an_opening_that_times_out_all_get_the_diagnosis(pool
     import asyncio
 
     silent = ServerConfig(
+        network=LOCAL_NETWORK,
         name="x",
         transport="stdio",
         command=sys.executable,

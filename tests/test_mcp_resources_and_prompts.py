@@ -14,6 +14,7 @@ from sessions.mcp.config import ConnectionKey, ServerConfig
 from sessions.mcp.errors import ConnectionFailed
 from sessions.mcp.pool import ConnectionPool, PoolSettings
 from sessions.mcp.resource_subscriptions import ResourceSubscriptions
+from sessions.mcp.ssrf import LOCAL_NETWORK
 from tests.conftest import DEMO_ARGS, ROOT
 
 GREETING = {"template": "demo://greeting/{name}"}
@@ -22,7 +23,13 @@ REVIEW = {"prompt": "review"}
 
 def stdio_demo() -> ServerConfig:
     return ServerConfig(
-        name="demo", transport="stdio", command=sys.executable, args=tuple(DEMO_ARGS), cwd=str(ROOT), request_timeout=10
+        network=LOCAL_NETWORK,
+        name="demo",
+        transport="stdio",
+        command=sys.executable,
+        args=tuple(DEMO_ARGS),
+        cwd=str(ROOT),
+        request_timeout=10,
     )
 
 
@@ -46,7 +53,7 @@ def demo(request) -> ServerConfig:
     if request.param == "stdio":
         return stdio_demo()
     url = request.getfixturevalue("demo_http_url")
-    return ServerConfig(name="demo-http", transport="http", url=url, request_timeout=10)
+    return ServerConfig(network=LOCAL_NETWORK, name="demo-http", transport="http", url=url, request_timeout=10)
 
 
 def key_for(config: ServerConfig, owner: str = "user:1") -> ConnectionKey:
@@ -260,6 +267,7 @@ def test_handshake_era_subscriptions_use_resources_subscribe():
 def test_a_server_without_resources_or_prompts_offers_none():
     """The pool asks only for what the server's capabilities declare."""
     config = ServerConfig(
+        network=LOCAL_NETWORK,
         name="tools-only",
         transport="stdio",
         command=sys.executable,

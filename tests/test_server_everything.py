@@ -17,6 +17,7 @@ import pytest
 from sessions.mcp.config import ConnectionKey, ServerConfig
 from sessions.mcp.errors import ConnectionFailed
 from sessions.mcp.pool import ConnectionPool
+from sessions.mcp.ssrf import LOCAL_NETWORK
 from tests.conftest import ROOT
 
 ENTRY = ROOT / "tests/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
@@ -30,7 +31,12 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def everything():
     config = ServerConfig(
-        name="everything", transport="stdio", command=NODE or "node", args=(str(ENTRY), "stdio"), request_timeout=15
+        network=LOCAL_NETWORK,
+        name="everything",
+        transport="stdio",
+        command=NODE or "node",
+        args=(str(ENTRY), "stdio"),
+        request_timeout=15,
     )
     pool = ConnectionPool()
     yield pool, config, ConnectionKey.for_owner(1, config, "user:1")

@@ -8,6 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .ssrf import NetworkPolicy
+
 Transport = Literal["stdio", "http", "sse", "websocket"]
 TRANSPORTS: tuple[Transport, ...] = ("stdio", "http", "sse", "websocket")
 LOCAL_TRANSPORTS: frozenset[str] = frozenset({"stdio"})
@@ -82,6 +84,11 @@ class ServerConfig:
     # An httpx2.Auth for HTTP transports (the user's OAuth provider, sessions/mcp/auth.py).
     # Not data: left out of comparisons and of the fingerprint.
     auth: Any = field(default=None, compare=False, repr=False)
+    # The operator's limits, checked when a connection opens (sessions/mcp/ssrf.py, commands.py):
+    # which addresses a URL may reach (strict unless said otherwise) and, if not empty, the only
+    # executables a stdio server may start.
+    network: NetworkPolicy = field(default=NetworkPolicy(), compare=False)
+    allowed_commands: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def is_local(self) -> bool:

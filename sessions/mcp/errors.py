@@ -14,7 +14,9 @@ import httpx2
 from mcp.shared.exceptions import MCPError
 
 from .auth import OAuthFlowError, auth_failure
+from .commands import CommandRefused
 from .config import ServerConfig
+from .ssrf import AddressRefused
 from .variables import MissingVariable
 
 UNSUPPORTED_PROTOCOL_VERSION = -32022
@@ -125,8 +127,21 @@ def _tls_failure(exc: BaseException, target: str, stderr_tail: str) -> Failure |
     return Failure("tls", f"TLS failed with {target}: {reason}", stderr_tail)
 
 
+def _redirect_failure(code: int | None, location: str, target: str) -> Failure:
+    where = f" to {location}" if location else ""
+    return Failure(
+        "redirect",
+        f"{target} redirects{where} (HTTP {code or '3xx'}); the portal follows no redirect: register the URL it points to",
+        status_code=code,
+    )
+
+
 def diagnose(
-    exc: BaseException, config: ServerConfig, stderr_tail: str = "", http_status: int | None = None
+    exc: BaseException,
+    config: ServerConfig,
+    stderr_tail: str = "",
+    http_status: int | None = None,
+    redirect: str | None = None,
 ) -> Failure:
     """Name the failing layer: command, process, network, HTTP status, timeout or protocol.
 
@@ -140,6 +155,15 @@ def diagnose(
         return oauth
     target = f"the server {config.name!r}" if config.transport == "stdio" else config.url
 
+    refused = _first(exc, AddressRefused)
+    if isinstance(refused, AddressRefused):
+        if refused.kind == "dns":
+            return Failure("dns", f"cannot resolve the host of {target}: {refused}", stderr_tail)
+        return Failure("address_refused", f"Refused to connect to {target}: {refused}.", stderr_tail)
+    command = _first(exc, CommandRefused)
+    if isinstance(command, CommandRefused):
+        return Failure("command_not_allowed", f"Refused to start {config.name}: {command}.", stderr_tail)
+
     os_error = _first(exc, OSError)
     if config.transport == "stdio" and isinstance(os_error, OSError) and not isinstance(os_error, TimeoutError):
         if isinstance(os_error, FileNotFoundError) or os_error.errno == errno.ENOENT:
@@ -147,6 +171,9 @@ def diagnose(
             return Failure("command_not_found", f"{missing} not found: {config.command}", stderr_tail)
         if isinstance(os_error, PermissionError):
             return Failure("command_not_executable", f"permission denied running {config.command}", stderr_tail)
+
+    if redirect is not None:
+        return _redirect_failure(http_status, redirect, target)
 
     missing = _first(exc, MissingVariable)
     if isinstance(missing, MissingVariable):

@@ -250,7 +250,7 @@ class Connection:
     def diagnose(self, exc: BaseException) -> Failure:
         if isinstance(exc, RequestTimedOut):
             return Failure("timeout", str(exc), self.stderr_tail())
-        return diagnose(exc, self.config, self.stderr_tail(), self.http.last_error_status)
+        return diagnose(exc, self.config, self.stderr_tail(), self.http.last_error_status, self.http.redirect)
 
     def stderr_tail(self) -> str:
         if self._errlog is None or self._errlog.closed or self.config.transport != "stdio":

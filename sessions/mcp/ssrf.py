@@ -12,6 +12,8 @@ import socket
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import anyio
+
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 # Cloud metadata endpoints are refused even where private networks are allowed.
@@ -25,9 +27,12 @@ SHARED = ipaddress.ip_network("100.64.0.0/10")  # carrier-grade NAT: private in 
 
 
 class AddressRefused(Exception):
-    def __init__(self, host: str, address: str, reason: str):
-        super().__init__(f"{host} resolves to {address}, {reason}; refused")
-        self.host, self.address, self.reason = host, address, reason
+    """The portal will not connect there. `kind` is "dns" for a name that does not resolve."""
+
+    def __init__(self, host: str, address: str, reason: str, kind: str = "address_refused"):
+        where = f"{host} resolves to {address}, {reason}" if address != "-" else f"{host}: {reason}"
+        super().__init__(f"{where}; the portal will not connect to it")
+        self.host, self.address, self.reason, self.kind = host, address, reason, kind
 
 
 @dataclass(frozen=True)
@@ -69,18 +74,45 @@ def check_address(host: str, address: str, policy: NetworkPolicy) -> None:
         raise AddressRefused(host, address, reason)
 
 
+def default_port(scheme: str) -> int:
+    return 443 if scheme in ("https", "wss") else 80
+
+
+async def resolve(host: str, port: int, policy: NetworkPolicy) -> list[str]:
+    """Every address `host` resolves to, in the resolver's order, once each has passed the policy.
+
+    Callers connect to these addresses themselves (never to the name again), so a second,
+    different DNS answer cannot reach what this check refused.
+    """
+    try:
+        infos = await anyio.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise AddressRefused(host, "-", f"cannot be resolved ({reason})", kind="dns") from exc
+    addresses = list(dict.fromkeys(str(info[4][0]) for info in infos))
+    if not addresses:
+        raise AddressRefused(host, "-", "cannot be resolved (no address)", kind="dns")
+    for address in addresses:
+        check_address(host, address, policy)
+    return addresses
+
+
 def check_url(url: str, policy: NetworkPolicy) -> list[str]:
     """Resolve the URL's host and refuse it if any address is forbidden; a DNS failure refuses too."""
     parts = urlsplit(url)
     host = parts.hostname
     if not host:
         raise AddressRefused(url, "-", "no host in the URL")
-    port = parts.port or (443 if parts.scheme in ("https", "wss") else 80)
+    port = parts.port or default_port(parts.scheme)
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
-        raise AddressRefused(host, "-", f"cannot be resolved ({exc.strerror})") from exc
+        raise AddressRefused(host, "-", f"cannot be resolved ({exc.strerror})", kind="dns") from exc
     addresses = sorted({info[4][0] for info in infos})
     for address in addresses:
         check_address(host, address, policy)
     return addresses
+
+
+# Loopback and private addresses allowed: for local development and tests of local servers.
+LOCAL_NETWORK = NetworkPolicy(allow_private=True)

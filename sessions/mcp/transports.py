@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 import anyio
+import httpcore2
 import httpx2
 import mcp_types
 from anyio.streams.text import TextReceiveStream
@@ -23,8 +24,10 @@ from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
+from .commands import allowed_command
 from .config import ServerConfig
 from .processes import stop_process_group
+from .ssrf import AddressRefused, NetworkPolicy, check_address, default_port, resolve
 
 MCP_SESSION_HEADER = "mcp-session-id"
 
@@ -37,9 +40,13 @@ class HttpTrace:
 
     last_error_status: int | None = None
     session_expired: bool = False
+    redirect: str | None = None  # where a 3xx answer pointed: never followed, but named in the diagnosis
 
     async def on_response(self, response: httpx2.Response) -> None:
-        if response.status_code >= 400:
+        if 300 <= response.status_code < 400:
+            self.last_error_status = response.status_code
+            self.redirect = response.headers.get("location", "")
+        elif response.status_code >= 400:
             self.last_error_status = response.status_code
             if response.status_code == 404 and MCP_SESSION_HEADER in response.request.headers:
                 self.session_expired = True
@@ -56,11 +63,15 @@ async def stdio_transport(config: ServerConfig, errlog: IO[str], trace: HttpTrac
     """A stdio server in a process group of its own, stopped by the seeds' escalation (processes.py).
 
     Newline-delimited JSON-RPC over stdin/stdout, like the SDK's stdio_client, whose 4 s
-    shutdown this replaces. The child gets the SDK's safe default environment plus `env`.
+    shutdown this replaces. The child gets the SDK's minimal environment (HOME, LOGNAME, PATH,
+    SHELL, TERM, USER) plus `env`: none of the portal's own secrets. With an allowlist of
+    executables, the command must resolve to one of them, and that very file is started.
     """
+    env = get_default_environment() | dict(config.env)
+    resolved = allowed_command(config.command, config.allowed_commands, env.get("PATH"), config.cwd)
     process = await anyio.open_process(
-        [config.command, *config.args],
-        env=get_default_environment() | dict(config.env),
+        [resolved or config.command, *config.args],
+        env=env,
         stderr=errlog,
         cwd=config.cwd or None,
         start_new_session=True,
@@ -70,12 +81,18 @@ async def stdio_transport(config: ServerConfig, errlog: IO[str], trace: HttpTrac
 
     async def stdout_reader() -> None:
         assert process.stdout is not None
-        buffer = ""
+        # The pieces of a line not yet ended. Kept as a list and joined once the line ends: adding
+        # each 64 KB chunk to a string would copy a 50 MB answer hundreds of times over.
+        pending: list[str] = []
         async with read_writer:
             try:
                 async for chunk in TextReceiveStream(process.stdout, errors="replace"):
-                    lines = (buffer + chunk).split("\n")
-                    buffer = lines.pop()
+                    if "\n" not in chunk:
+                        pending.append(chunk)
+                        continue
+                    first, *rest = chunk.split("\n")
+                    lines = ["".join([*pending, first]), *rest[:-1]]
+                    pending = [rest[-1]] if rest[-1] else []
                     for line in lines:
                         if not line.strip():
                             continue
@@ -116,15 +133,69 @@ async def stdio_transport(config: ServerConfig, errlog: IO[str], trace: HttpTrac
 # -- Streamable HTTP and SSE ------------------------------------------------------------
 
 
+class CheckedNetwork(httpcore2.AsyncNetworkBackend):
+    """httpcore's network backend with the SSRF policy in front: the name is resolved here, each
+    address checked, and the connection made to a checked address (never to the name again).
+    The address actually reached is checked once more."""
+
+    def __init__(self, policy: NetworkPolicy, inner: httpcore2.AsyncNetworkBackend):
+        self.policy = policy
+        self.inner = inner
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Any = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        with anyio.fail_after(timeout):
+            addresses = await resolve(host, port, self.policy)
+        error: Exception | None = None
+        for address in addresses:
+            try:
+                stream = await self.inner.connect_tcp(address, port, timeout, local_address, socket_options)
+            except httpcore2.ConnectError as exc:
+                error = exc
+                continue
+            peer = stream.get_extra_info("server_addr")
+            try:
+                if peer:
+                    check_address(host, str(peer[0]), self.policy)
+            except AddressRefused:
+                await stream.aclose()
+                raise
+            return stream
+        assert error is not None
+        raise error
+
+    async def connect_unix_socket(self, path: str, timeout: float | None = None, socket_options: Any = None) -> Any:
+        raise AddressRefused(path, "-", "a Unix socket")
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)
+
+
+def _checked_transport(config: ServerConfig) -> httpx2.AsyncHTTPTransport:
+    # No proxy from the environment: the check must be on the address the portal itself reaches.
+    transport = httpx2.AsyncHTTPTransport(trust_env=False)
+    pool = transport._pool  # httpx takes no network backend; its pool does (a plain attribute)
+    pool._network_backend = CheckedNetwork(config.network, pool._network_backend)  # type: ignore[attr-defined]
+    return transport
+
+
 def _http_client(config: ServerConfig, trace: HttpTrace, headers: dict[str, str] | None = None) -> httpx2.AsyncClient:
     # Connect, write and pool waits are bounded; reads are not, since the long-lived GET/SSE
     # stream must stay open. Request deadlines are applied per request by the connection.
+    # Redirects are not followed: a 3xx ends the connection, and the diagnosis names where it pointed.
     return httpx2.AsyncClient(
         headers=headers if headers is not None else dict(config.headers),
         timeout=httpx2.Timeout(config.connect_timeout, read=None),
         follow_redirects=False,
         event_hooks={"response": [trace.on_response]},
         auth=config.auth,
+        transport=_checked_transport(config),
     )
 
 
@@ -158,25 +229,65 @@ WEBSOCKET_SUBPROTOCOL = "mcp"
 WEBSOCKET_MAX_MESSAGE = 16 * 1024 * 1024
 
 
+def _connect_without_redirects() -> Any:
+    from websockets.asyncio.client import connect
+
+    class connect_without_redirects(connect):  # noqa: N801 - used like websockets' connect
+        """websockets follows up to 10 redirects by itself; the portal follows none (a 3xx is raised)."""
+
+        def process_redirect(self, exc: Exception) -> Exception | str:
+            return exc
+
+    return connect_without_redirects
+
+
 @asynccontextmanager
 async def websocket_transport(config: ServerConfig, errlog: IO[str], trace: HttpTrace) -> AsyncIterator[Any]:
     """JSON-RPC messages as WebSocket text frames, subprotocol "mcp" (mcp 2.3.0 ships no client)."""
-    from websockets.asyncio.client import connect
+    from urllib.parse import urlsplit
+
     from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-    try:
-        socket = await connect(
-            config.url,
-            subprotocols=[WEBSOCKET_SUBPROTOCOL],  # type: ignore[list-item]
-            additional_headers=dict(config.headers),
-            open_timeout=config.connect_timeout,
-            max_size=WEBSOCKET_MAX_MESSAGE,
-            ping_interval=20,
-            ping_timeout=20,
-        )
-    except InvalidStatus as exc:
-        trace.last_error_status = exc.response.status_code
-        raise
+    connect = _connect_without_redirects()
+
+    parts = urlsplit(config.url)
+    host, port = parts.hostname or "", parts.port or default_port(parts.scheme)
+    with anyio.fail_after(config.connect_timeout):
+        addresses = await resolve(host, port, config.network)
+    socket = None
+    for index, address in enumerate(addresses):
+        try:
+            # To the checked address, with the name kept for the Host header and TLS (from the URL);
+            # no proxy from the environment, so the check is on the peer actually reached.
+            socket = await connect(
+                config.url,
+                host=address,
+                port=port,
+                proxy=None,
+                subprotocols=[WEBSOCKET_SUBPROTOCOL],  # type: ignore[list-item]
+                additional_headers=dict(config.headers),
+                open_timeout=config.connect_timeout,
+                max_size=WEBSOCKET_MAX_MESSAGE,
+                ping_interval=20,
+                ping_timeout=20,
+            )
+            break
+        except InvalidStatus as exc:
+            trace.last_error_status = exc.response.status_code
+            if 300 <= exc.response.status_code < 400:
+                trace.redirect = exc.response.headers.get("Location", "")
+            raise
+        except OSError:
+            if index == len(addresses) - 1:
+                raise
+    assert socket is not None
+    peer = socket.transport.get_extra_info("peername")
+    if peer:
+        try:
+            check_address(host, str(peer[0]), config.network)
+        except AddressRefused:
+            await socket.close()
+            raise
     if socket.subprotocol != WEBSOCKET_SUBPROTOCOL:
         await socket.close()
         raise ConnectionError(f"the server did not accept the {WEBSOCKET_SUBPROTOCOL!r} WebSocket subprotocol")

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from tests.conftest import ROOT, free_port, stop, wait_for_port
+from tests import conftest
+from tests.conftest import ROOT, stop, wait_for_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -92,14 +93,14 @@ def live_portal(django_db_setup, django_db_blocker, worker) -> Iterator[dict]:
 
     with django_db_blocker.unblock():
         db = dict(connection.settings_dict)
-    port = free_port()
+    # The address every process of the run was told (SITE_URL, for the OAuth redirect URI).
+    port = conftest.LIVE_PORTAL_PORT
     log_path = Path(settings.VAR_DIR) / f"test-browser-portal-{port}.log"
     log = open(log_path, "w")  # noqa: SIM115 - closed below
     process = subprocess.Popen(
         [sys.executable, "manage.py", "runportal", "--port", str(port)],
         cwd=ROOT,
-        # The portal's own address, from which the OAuth redirect URI is made (docs/credentials.md).
-        env={**_portal_env(db), "SITE_URL": f"http://127.0.0.1:{port}"},
+        env=_portal_env(db),
         stdout=log,
         stderr=subprocess.STDOUT,
     )

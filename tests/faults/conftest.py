@@ -1,0 +1,47 @@
+"""What every fault test checks after the fault: nothing was lost and the portal still serves."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from servers.models import Server
+from sessions.models import FINISHED as ENDED
+from sessions.models import AuditEvent, CallStatus, ToolCall
+from tests.conftest import ROOT
+
+FAULT_ARGS = ["-m", "tests.servers.fault_server"]
+
+
+@pytest.fixture
+def fault_server(alice):
+    """The misbehaving stdio server (tests/servers/fault_server.py), registered for Acme."""
+    return Server.objects.create(
+        team=alice.memberships.get().team,
+        name="faulty",
+        transport="stdio",
+        command=sys.executable,
+        args=FAULT_ARGS,
+        cwd=str(ROOT),
+        protocol="legacy",
+        request_timeout=30,
+        created_by=alice,
+    )
+
+
+def assert_recorded(call_id: str, *statuses: str) -> ToolCall:
+    """The call's record ended with one of `statuses`, a reason if it did not succeed, and its audit row."""
+    call = ToolCall.objects.get(pk=call_id)
+    assert call.status in statuses, (call.status, call.error_kind, call.error)
+    assert call.finished_at is not None
+    if call.status not in (CallStatus.SUCCEEDED, CallStatus.TOOL_ERROR):
+        assert call.error and call.error_kind, "a call that did not succeed says why"
+    audit = AuditEvent.objects.filter(call_id=call.pk, kind="call")
+    assert [row.outcome for row in audit] == [call.status], "exactly one audit row for how the call ended"
+    return call
+
+
+def assert_no_call_left_running() -> None:
+    left = ToolCall.objects.exclude(status__in=ENDED).exclude(status=CallStatus.AWAITING_APPROVAL)
+    assert not left.exists(), list(left.values_list("tool", "status"))
