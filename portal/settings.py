@@ -189,6 +189,10 @@ MCP_POOL_IDLE_SECONDS = envfloat("MCP_POOL_IDLE_SECONDS", 600.0)
 PORTAL_WORKER_THREADS = envint("PORTAL_WORKER_THREADS", 8)
 PORTAL_WORKER_HEARTBEAT_SECONDS = envfloat("PORTAL_WORKER_HEARTBEAT_SECONDS", 5.0)
 MCP_HEALTH_CHECK_SECONDS = envfloat("MCP_HEALTH_CHECK_SECONDS", 60.0)
+# A call's conversation (docs/websocket-protocol.md): how long a form waits for its person, and output limits.
+PORTAL_ELICITATION_TIMEOUT = envfloat("PORTAL_ELICITATION_TIMEOUT", 300.0)
+MCP_MAX_OUTPUT_TOKENS = envint("MCP_MAX_OUTPUT_TOKENS", 25_000)
+MCP_FULL_OUTPUT_MAX_BYTES = envint("MCP_FULL_OUTPUT_MAX_BYTES", 20 * 1024 * 1024)
 # A call routed to a worker that died before its heartbeat expired runs elsewhere after this long.
 PORTAL_AFFINITY_GRACE_SECONDS = envfloat("PORTAL_AFFINITY_GRACE_SECONDS", PORTAL_WORKER_HEARTBEAT_SECONDS * 3 + 1)
 

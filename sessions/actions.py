@@ -10,7 +10,7 @@ from django.utils import timezone
 from servers.models import Server
 
 from .mcp.errors import Failure
-from .models import CallStatus, ConnectionStatus, ToolCall
+from .models import CallStatus, ConnectionStatus, Elicitation, ElicitationState, ToolCall
 
 
 @transaction.atomic
@@ -53,6 +53,7 @@ def do_finish_tool_call(
     status: str,
     *,
     result: dict[str, Any] | None = None,
+    full_output: bytes | None = None,
     error: str = "",
     error_kind: str = "",
     details: dict[str, Any] | None = None,
@@ -64,6 +65,7 @@ def do_finish_tool_call(
         **extra,
         status=status,
         result=result,
+        full_output=full_output,
         error=error,
         error_kind=error_kind,
         details=details or {},
@@ -96,3 +98,30 @@ def do_set_connection_status(
         },
     )
     return row.as_event()
+
+
+def do_record_call_channel(call_id: str, channel: str) -> None:
+    """Where the worker running the call listens, so Cancel and answers reach it."""
+    ToolCall.objects.filter(pk=call_id).update(channel=channel)
+
+
+@transaction.atomic
+def do_request_elicitation(call_id: str, request_id: str, message: str, schema: dict[str, Any]) -> Elicitation:
+    return Elicitation.objects.create(call_id=call_id, request_id=request_id, message=message, schema=schema)
+
+
+def do_answer_elicitation(elicitation_id: Any, state: str, response: dict[str, Any] | None = None) -> bool:
+    """Pending → answered, once: a second answer (or one after the timeout) changes nothing."""
+    answered = Elicitation.objects.filter(pk=elicitation_id, state=ElicitationState.PENDING).update(
+        state=state, response=response, answered_at=timezone.now()
+    )
+    return answered == 1
+
+
+@transaction.atomic
+def do_close_elicitations(call_id: str) -> list[str]:
+    """The call ended with forms still open: they are closed as cancelled; their ids are returned."""
+    pending = Elicitation.objects.select_for_update().filter(call_id=call_id, state=ElicitationState.PENDING)
+    ids = [str(pk) for pk in pending.values_list("pk", flat=True)]
+    Elicitation.objects.filter(pk__in=ids).update(state=ElicitationState.CANCELLED, answered_at=timezone.now())
+    return ids

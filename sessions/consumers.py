@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -11,6 +12,8 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from servers.models import Server
 
 from . import actions, affinity, tasks
+from .mcp.elicitation import validate_answer
+from .models import CallStatus, Elicitation, ElicitationState, ToolCall
 from .worker import user_group
 
 MAX_MESSAGE_BYTES = 1_000_000
@@ -18,6 +21,24 @@ MAX_MESSAGE_BYTES = 1_000_000
 
 class MessageError(Exception):
     """A browser message the portal will not act on; its text goes back to the browser."""
+
+    errors: list[dict[str, Any]] = []
+
+
+class InvalidAnswer(MessageError):
+    """An elicitation answer that breaks the requested schema: not forwarded; the form shows why."""
+
+    def __init__(self, errors: list[dict[str, Any]]):
+        super().__init__("The answer does not match the form; nothing was sent.")
+        self.errors = errors
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _server_id(content: dict[str, Any]) -> int:
@@ -69,7 +90,10 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
                 raise MessageError(f"Unknown message type {content.get('type')!r}.")
             await handler(self, content, ref)
         except MessageError as exc:
-            await self.send_json({"type": "error", "ref": ref, "message": str(exc)})
+            reply: dict[str, Any] = {"type": "error", "ref": ref, "message": str(exc)}
+            if exc.errors:
+                reply["errors"] = exc.errors
+            await self.send_json(reply)
 
     async def on_call(self, content: dict[str, Any], ref: Any) -> None:
         server_id = _server_id(content)
@@ -96,7 +120,62 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
             raise MessageError("Only the team's admins can test its servers.")
         await database_sync_to_async(tasks.test_connection.delay)(server_id, self.user.pk)
 
-    handlers = {"call": on_call, "list_tools": on_list_tools, "test_connection": on_test_connection}
+    async def on_cancel(self, content: dict[str, Any], ref: Any) -> None:
+        call_id = _text(content, "call", 64)
+        channel = await self._running_call_channel(call_id)
+        await self.channel_layer.send(channel, {"type": "call.cancel"})
+        await self.send_json({"type": "cancel.sent", "ref": ref, "call": call_id})
+
+    async def on_elicitation_answer(self, content: dict[str, Any], ref: Any) -> None:
+        eid = _text(content, "elicitation", 64)
+        action = content.get("action")
+        if action not in ("accept", "decline", "cancel"):
+            raise MessageError("'action' must be accept, decline or cancel.")
+        answer = content.get("content") if action == "accept" else None
+        if action == "accept" and answer is None:
+            answer = {}
+        channel, call_id = await self._answer(eid, action, answer, ref)
+        await self.channel_layer.send(
+            channel, {"type": "elicitation.answer", "elicitation": eid, "action": action, "content": answer}
+        )
+        await self.send_json({"type": "elicitation.answered", "ref": ref, "call": call_id, "elicitation": eid})
+
+    handlers = {
+        "call": on_call,
+        "list_tools": on_list_tools,
+        "test_connection": on_test_connection,
+        "cancel": on_cancel,
+        "elicitation.answer": on_elicitation_answer,
+    }
+
+    @database_sync_to_async
+    def _running_call_channel(self, call_id: str) -> str:
+        # Someone else's call and an unknown one get the same answer: ids are not for probing.
+        call = ToolCall.objects.filter(pk=call_id, user=self.user).first() if _is_uuid(call_id) else None
+        if call is None:
+            raise MessageError("Unknown call.")
+        if call.status != CallStatus.RUNNING:
+            raise MessageError(f"The call is {call.status}, not running: there is nothing to cancel.")
+        if not call.channel:
+            raise MessageError("The call is starting; try again in a moment.")
+        return call.channel
+
+    @database_sync_to_async
+    def _answer(self, eid: str, action: str, answer: Any, ref: Any) -> tuple[str, str]:
+        """Check the answer against the schema that was asked for, record it once, and say where it goes."""
+        found = Elicitation.objects.select_related("call").filter(pk=eid) if _is_uuid(eid) else None
+        elicitation = found.first() if found is not None else None
+        if elicitation is None or elicitation.call.user_id != self.user.pk:
+            raise MessageError("Unknown elicitation.")
+        if elicitation.state != ElicitationState.PENDING:
+            raise MessageError(f"This form was already closed ({elicitation.get_state_display().lower()}).")
+        if action == "accept":
+            errors = validate_answer(elicitation.schema, answer)
+            if errors:
+                raise InvalidAnswer(errors)
+        if not actions.do_answer_elicitation(elicitation.pk, action, answer):
+            raise MessageError("This form was already closed.")
+        return elicitation.call.channel, str(elicitation.call_id)
 
     def _send_list_tools(self, server_id: int, refresh: bool) -> None:
         # To the worker holding this user's session, so listing does not open a second one elsewhere.

@@ -44,6 +44,10 @@ class ToolCall(models.Model):
     error_kind = models.CharField(max_length=40, blank=True)
     details = models.JSONField(default=dict, blank=True)
     worker = models.CharField(max_length=200, blank=True)
+    # The channel-layer channel the worker running the call listens on (cancel, elicitation answers).
+    channel = models.CharField(max_length=200, blank=True)
+    # The whole output when `result` was truncated, size-capped (MCP_FULL_OUTPUT_MAX_BYTES).
+    full_output = models.BinaryField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -73,6 +77,32 @@ class ToolCall(models.Model):
             "details": self.details,
             "duration_ms": self.duration_ms,
         }
+
+
+class ElicitationState(models.TextChoices):
+    PENDING = "pending", "Waiting for an answer"
+    ACCEPTED = "accept", "Accepted"
+    DECLINED = "decline", "Declined"
+    CANCELLED = "cancel", "Cancelled"
+    TIMED_OUT = "timed_out", "Timed out"
+
+
+class Elicitation(models.Model):
+    """A server asking the person behind a call for information, and what they answered."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    call = models.ForeignKey(ToolCall, on_delete=models.CASCADE, related_name="elicitations")
+    request_id = models.CharField(max_length=200, blank=True)
+    mode = models.CharField(max_length=8, default="form")
+    message = models.TextField()
+    schema = models.JSONField(default=dict)
+    state = models.CharField(max_length=12, choices=ElicitationState.choices, default=ElicitationState.PENDING)
+    response = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.call_id}: {self.state}"
 
 
 class ConnectionState(models.TextChoices):

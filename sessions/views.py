@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
 from servers.models import Server
@@ -41,3 +41,14 @@ def call_list(request: HttpRequest) -> HttpResponse:
 def call_detail(request: HttpRequest, call_id: str) -> HttpResponse:
     call = get_object_or_404(ToolCall, pk=call_id, user=request.user)
     return render(request, "sessions/call.html", {"call": call})
+
+
+@login_required
+def call_full_output(request: HttpRequest, call_id: str) -> HttpResponse:
+    """The whole output of a call whose shown result was truncated; only its owner may have it."""
+    call = get_object_or_404(ToolCall.objects.defer("result"), pk=call_id, user=request.user)
+    if call.full_output is None:
+        raise Http404("This call's output was not truncated.")
+    response = HttpResponse(bytes(call.full_output), content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="call-{call.pk}-output.json"'
+    return response

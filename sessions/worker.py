@@ -8,10 +8,13 @@ channel-layer group, from the pool loop so they stay in order.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import json
 import logging
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -25,10 +28,12 @@ from servers.models import Membership, Server
 from . import actions, affinity
 from .affinity import WORKER_NAME
 from .mcp.config import ConnectionKey, Negotiated, ServerConfig
+from .mcp.elicitation import defaults
 from .mcp.errors import ConnectionFailed, Failure
-from .mcp.pool import CallOutcome, ConnectionPool, PoolEvents, PoolSettings
+from .mcp.pool import CallHooks, CallOutcome, ConnectionPool, PoolEvents, PoolSettings
 from .mcp.schema import validate_arguments
-from .models import CallStatus, ToolCall
+from .mcp.truncation import truncate_result
+from .models import CallStatus, ElicitationState, ToolCall
 
 log = logging.getLogger(__name__)
 
@@ -129,10 +134,12 @@ def execute_tool_call(call_id: str) -> None:
     call = ToolCall.objects.select_related("server").get(pk=call_id)
     try:
         outcome = _run_call(call)
+        result, full_output = _truncated(outcome)
         finished = actions.do_finish_tool_call(
             call_id,
             outcome.status,
-            result=outcome.result,
+            result=result,
+            full_output=full_output,
             error=outcome.failure.message if outcome.failure else "",
             error_kind=outcome.failure.kind if outcome.failure else "",
             details=_details(outcome),
@@ -147,8 +154,27 @@ def execute_tool_call(call_id: str) -> None:
     publish(call.user_id, {"type": "call.ended", **finished.as_event()})
 
 
+def _truncated(outcome: CallOutcome) -> tuple[dict[str, Any] | None, bytes | None]:
+    """The result as recorded and shown, cut as the seeds cut it; and the whole output, size-capped,
+    for the owner to download when anything was cut."""
+    if outcome.result is None:
+        return None, None
+    cut = truncate_result(outcome.result, settings.MCP_MAX_OUTPUT_TOKENS)
+    if not cut.truncated:
+        return outcome.result, None
+    full = json.dumps(outcome.result).encode()
+    limit = settings.MCP_FULL_OUTPUT_MAX_BYTES
+    if len(full) > limit and outcome.result.get("structuredContent") is not None:
+        # Tools often repeat their text as structured content: the content alone may fit whole.
+        full = json.dumps({**outcome.result, "structuredContent": None}).encode()
+    outcome.truncated = {"tokens": cut.tokens, "full_bytes": len(full), "kept_bytes": min(len(full), limit)}
+    return cut.result, full[:limit]
+
+
 def _details(outcome: CallOutcome) -> dict[str, Any]:
     details: dict[str, Any] = {}
+    if outcome.truncated:
+        details["truncated"] = outcome.truncated
     if outcome.failure is not None:
         if outcome.failure.stderr_tail:
             details["stderr_tail"] = outcome.failure.stderr_tail
@@ -177,6 +203,9 @@ def _run_call(call: ToolCall) -> CallOutcome:
             {"type": "call.progress", "call": call_id, "progress": progress, "total": total, "message": message},
         )
 
+    async def on_log(level: str, logger: str | None, data: Any) -> None:
+        await _publish(user_id, {"type": "call.log", "call": call_id, "level": level, "logger": logger, "data": data})
+
     async def run() -> CallOutcome:
         await _publish(user_id, {"type": "call.started", "call": call_id, "worker": WORKER_NAME})
         try:
@@ -192,13 +221,94 @@ def _run_call(call: ToolCall) -> CallOutcome:
         if errors:
             failure = Failure("invalid_arguments", "The arguments do not match the tool's schema.")
             return CallOutcome(CallStatus.REJECTED, failure=failure, errors=errors)
-        return await pool.call_tool(key, config, call.tool, call.arguments, on_progress=on_progress)
+        return await _converse(call_id, user_id, on_progress, on_log, pool.call_tool, key, config, call)
 
-    backstop = config.connect_timeout + config.request_timeout + 30
+    # A pending elicitation stops the request clock (a person is answering), so the backstop leaves
+    # room for a few forms, each bounded by its own timeout.
+    backstop = config.connect_timeout + config.request_timeout + 3 * settings.PORTAL_ELICITATION_TIMEOUT + 30
+    future = pool.submit(run())
     try:
-        return pool.run(run(), timeout=backstop)
+        return future.result(timeout=backstop)
     except concurrent.futures.TimeoutError:
+        future.cancel()
         return CallOutcome(CallStatus.TIMED_OUT, failure=Failure("timeout", f"the worker gave up after {backstop:g} s"))
+
+
+async def _converse(
+    call_id: str,
+    user_id: int,
+    on_progress: Callable[[float, float | None, str | None], Awaitable[None]],
+    on_log: Callable[[str, str | None, Any], Awaitable[None]],
+    call_tool: Callable[..., Awaitable[CallOutcome]],
+    key: ConnectionKey,
+    config: ServerConfig,
+    call: ToolCall,
+) -> CallOutcome:
+    """Run the call while listening on a channel of its own for the person behind it: Cancel, and
+    answers to the server's elicitations (docs/websocket-protocol.md)."""
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    await database_sync_to_async(actions.do_record_call_channel)(call_id, channel)
+    waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
+    loop = asyncio.get_running_loop()
+
+    async def on_elicit(message: str, schema: dict[str, Any], request_id: str) -> dict[str, Any]:
+        row = await database_sync_to_async(actions.do_request_elicitation)(call_id, request_id, message, schema)
+        eid = str(row.id)
+        answer: asyncio.Future[dict[str, Any]] = loop.create_future()
+        waiting[eid] = answer
+        request = {"type": "elicitation.requested", "call": call_id, "elicitation": eid, "mode": "form"}
+        await _publish(user_id, {**request, "message": message, "schema": schema, "defaults": defaults(schema)})
+        try:
+            return await asyncio.wait_for(answer, settings.PORTAL_ELICITATION_TIMEOUT)
+        except TimeoutError:
+            # Nobody answered in time: the server hears "cancel" and the form closes in the browser.
+            if await database_sync_to_async(actions.do_answer_elicitation)(eid, ElicitationState.TIMED_OUT):
+                ended = {"type": "elicitation.ended", "call": call_id, "elicitation": eid, "state": "timed_out"}
+                await _publish(user_id, ended)
+            return {"action": "cancel"}
+        finally:
+            waiting.pop(eid, None)
+
+    hooks = CallHooks(on_progress=on_progress, on_elicit=on_elicit, on_log=on_log)
+    started = time.monotonic()
+    task = asyncio.ensure_future(call_tool(key, config, call.tool, call.arguments, hooks=hooks))
+    cancelled = False
+
+    async def listen() -> None:
+        nonlocal cancelled
+        while True:
+            message = await layer.receive(channel)
+            if message.get("type") == "call.cancel":
+                cancelled = True
+                task.cancel()
+            elif message.get("type") == "elicitation.answer":
+                answer = waiting.get(str(message.get("elicitation")))
+                if answer is not None and not answer.done():
+                    answer.set_result({"action": message.get("action"), "content": message.get("content")})
+
+    listener = asyncio.ensure_future(listen())
+    try:
+        return await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if not cancelled or (current is not None and current.cancelling()):
+            raise
+        # The SDK told the server (notifications/cancelled, or an aborted request in 2026 mode);
+        # the connection stays open for the next call.
+        duration_ms = round((time.monotonic() - started) * 1000, 3)
+        failure = Failure("cancelled", "You cancelled the call.")
+        return CallOutcome(CallStatus.CANCELLED, failure=failure, duration_ms=duration_ms)
+    finally:
+        listener.cancel()
+        # A form still open when the call ends (cancelled, say): in the handshake era its callback
+        # runs outside this task and would otherwise wait for its whole timeout.
+        for answer in list(waiting.values()):
+            if not answer.done():
+                answer.set_result({"action": "cancel"})
+        for eid in await database_sync_to_async(actions.do_close_elicitations)(call_id):
+            ended = {"type": "elicitation.ended", "call": call_id, "elicitation": eid, "state": "cancel"}
+            await _publish(user_id, ended)
 
 
 # -- listing and testing -----------------------------------------------------------------

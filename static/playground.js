@@ -140,6 +140,9 @@ $("call-form").addEventListener("submit", (event) => {
   $("call-button").disabled = true;
   setStatus("pending", `Calling ${state.tool.name}…`);
   $("result").replaceChildren();
+  $("log-lines").replaceChildren();
+  $("log-pane").hidden = true;
+  closeElicitation();
   $("progress-message").textContent = "";
   $("call-progress").hidden = true;
   socket.send({ type: "call", ref: state.pendingRef, server: state.server.id, tool: state.tool.name, arguments: args });
@@ -166,6 +169,10 @@ function onCallEvent(event) {
   if (event.call !== state.call) return;
   if (event.type === "call.started") {
     setStatus("running", "Running…");
+    $("cancel-button").hidden = false;
+    $("cancel-button").disabled = false;
+  } else if (event.type === "call.log") {
+    addLogLine(event);
   } else if (event.type === "call.progress") {
     const bar = $("call-progress");
     bar.hidden = false;
@@ -178,6 +185,8 @@ function onCallEvent(event) {
     $("progress-message").textContent = event.message || (event.total ? `${event.progress} of ${event.total}` : `${event.progress}`);
   } else if (event.type === "call.ended") {
     $("call-button").disabled = false;
+    $("cancel-button").hidden = true;
+    closeElicitation();
     $("call-progress").hidden = true;
     const took = event.duration_ms != null ? ` in ${event.duration_ms.toFixed(1)} ms` : "";
     setStatus(event.status, `${TERMINAL_LABELS[event.status] || event.status}${took}`);
@@ -196,6 +205,80 @@ function renderOutcome(event) {
     out.append(h("details", { open: true }, h("summary", { text: "Server stderr (last lines)" }), h("pre", { text: event.details.stderr_tail })));
   }
   if (event.result) out.append(renderResult(event.result));
+  if (event.details?.truncated) {
+    const cut = event.details.truncated;
+    out.append(h("p", { class: "muted small" }, `The output was cut to fit about ${cut.tokens} tokens. `,
+      h("a", { href: `/calls/${event.call}/full-output`, text: `Download the full output (${cut.kept_bytes} of ${cut.full_bytes} bytes kept)` })));
+  }
+}
+
+// -- the conversation: cancel, server logs, elicitation ------------------------------------
+
+$("cancel-button").addEventListener("click", () => {
+  if (!state.call) return;
+  $("cancel-button").disabled = true;
+  socket.send({ type: "cancel", call: state.call });
+});
+
+function addLogLine(event) {
+  $("log-pane").hidden = false;
+  const text = typeof event.data === "string" ? event.data : JSON.stringify(event.data);
+  $("log-lines").append(h("li", { class: `log-${event.level}` },
+    h("span", { class: "badge", text: event.level }), event.logger ? ` ${event.logger}: ` : " ", text));
+}
+
+const elicitation = { id: null, form: null };
+
+function showElicitation(event) {
+  elicitation.id = event.elicitation;
+  elicitation.form = buildForm(event.schema, event.defaults || {});
+  $("elicitation-message").textContent = event.message;
+  $("elicitation-fields").replaceChildren(elicitation.form.el);
+  $("elicitation-error").textContent = "";
+  $("elicitation").hidden = false;
+  $("elicitation").querySelector("input, select, textarea")?.focus();
+}
+
+function closeElicitation() {
+  elicitation.id = null;
+  $("elicitation").hidden = true;
+  $("elicitation-fields").replaceChildren();
+}
+
+function answerElicitation(action) {
+  if (!elicitation.id) return;
+  let content;
+  if (action === "accept") {
+    try {
+      content = elicitation.form.read();
+    } catch (error) {
+      if (error instanceof FieldError) {
+        showErrors($("elicitation-fields"), [{ path: error.path, message: error.message }], $("elicitation-error"));
+        return;
+      }
+      throw error;
+    }
+  }
+  socket.send({ type: "elicitation.answer", ref: `e:${elicitation.id}`, elicitation: elicitation.id, action, content });
+}
+
+$("elicitation").addEventListener("submit", (event) => {
+  event.preventDefault();
+  answerElicitation("accept");
+});
+$("elicitation-decline").addEventListener("click", () => answerElicitation("decline"));
+$("elicitation-cancel").addEventListener("click", () => answerElicitation("cancel"));
+
+function onElicitationEvent(event) {
+  if (event.type === "elicitation.requested" && event.call === state.call) {
+    showElicitation(event);
+  } else if ((event.type === "elicitation.answered" || event.type === "elicitation.ended") && event.elicitation === elicitation.id) {
+    closeElicitation();
+  } else if (event.type === "error" && event.ref === `e:${elicitation.id}`) {
+    // The portal refused the answer (it checks it against the schema too): show why, keep the form.
+    showErrors($("elicitation-fields"), event.errors || [], $("elicitation-error"));
+    if (!event.errors) $("elicitation-error").textContent = event.message;
+  }
 }
 
 const SAFE_MEDIA = /^(image|audio)\/[a-z0-9.+-]+$/i;
@@ -269,6 +352,8 @@ const socket = connect({
         $("tools-status").textContent = "The server's tools changed; listing them again…";
         socket.send({ type: "list_tools", server: server.id, refresh: true });
       }
+    } else if (event.type?.startsWith("elicitation.") || (event.type === "error" && String(event.ref || "").startsWith("e:"))) {
+      onElicitationEvent(event);
     } else if (event.type === "error") {
       if (event.ref && event.ref === state.pendingRef) {
         $("call-button").disabled = false;

@@ -149,6 +149,9 @@ def _wait_for_heartbeat(timeout: float, process: subprocess.Popen | None = None)
     raise TimeoutError("the Celery worker did not report in")
 
 
+ELICITATION_TIMEOUT = 4
+
+
 @pytest.fixture(scope="session")
 def worker(django_db_setup, django_db_blocker) -> Iterator[dict]:
     from django.core.cache import cache
@@ -192,7 +195,8 @@ def worker(django_db_setup, django_db_blocker) -> Iterator[dict]:
                 f"test-{os.getpid()}@%h",
             ],
             cwd=ROOT,
-            env={**os.environ, "DATABASE_URL": url},
+            # Short enough for tests/test_tool_call_conversation.py to see an unanswered form time out.
+            env={**os.environ, "DATABASE_URL": url, "PORTAL_ELICITATION_TIMEOUT": str(ELICITATION_TIMEOUT)},
             stdout=log,
             stderr=subprocess.STDOUT,
         )

@@ -75,6 +75,7 @@ class ServerConfig:
     # Restart the request deadline whenever the server reports progress, so a long tool that
     # keeps saying how far it got is not cut off (the SDK cannot reset its own timeout).
     reset_timeout_on_progress: bool = False
+    log_level: str = "info"  # the least severe server log message wanted; "" for none
     protocol: Protocol = "auto"
     negotiated: Negotiated | None = None
     # Where `${VAR}` comes from; left out of equality, repr and the fingerprint.
@@ -101,6 +102,7 @@ class ServerConfig:
             "url": self.url,
             "headers": self.headers,
             "protocol": self.protocol,
+            "log_level": self.log_level,  # the client opts in to logs when it is built
         }
         return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 

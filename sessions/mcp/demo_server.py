@@ -122,9 +122,43 @@ def ask(topic: str, answer: Annotated[ElicitationResult[Contact], Resolve(ask_co
     description="Sleep for the given number of seconds (try Cancel, or a short timeout).",
     annotations=ToolAnnotations(readOnlyHint=True),
 )
-async def sleep(seconds: Annotated[float, Field(ge=0, le=3600)] = 5) -> str:
-    await asyncio.sleep(seconds)
+async def sleep(ctx: Context, seconds: Annotated[float, Field(ge=0, le=3600)] = 5) -> str:
+    # Says when it starts, so a test can cancel a call the server is surely running.
+    await ctx.info(f"sleeping {seconds:g} s")
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        # Proof that the cancellation reached the server: on stderr, and in a file tests can read.
+        note = f"sleep cancelled after less than {seconds} s"
+        print(note, file=sys.stderr, flush=True)
+        if os.environ.get("DEMO_EVENT_LOG"):
+            with open(os.environ["DEMO_EVENT_LOG"], "a") as events:
+                events.write(note + "\n")
+        raise
     return f"slept {seconds} s"
+
+
+@server.tool(
+    title="Chatter",
+    description="Log one message at each of debug, info, warning and error, then answer.",
+    annotations=ToolAnnotations(readOnlyHint=True),
+)
+async def chatter(ctx: Context, text: str = "hello") -> str:
+    await ctx.debug(f"debug: {text}")
+    await ctx.info(f"info: {text}")
+    await ctx.warning(f"warning: {text}")
+    await ctx.error(f"error: {text}")
+    return f"logged {text!r} four times"
+
+
+@server.tool(
+    title="Big output",
+    description="Answer with size_bytes of text, to see how the portal truncates large outputs.",
+    annotations=ToolAnnotations(readOnlyHint=True),
+)
+def big(size_bytes: Annotated[int, Field(ge=0, le=50_000_000)] = 1_000_000) -> str:
+    line = "the quick brown fox jumps over the lazy dog 0123456789\n"
+    return (line * (size_bytes // len(line) + 1))[:size_bytes]
 
 
 @server.tool(

@@ -23,12 +23,21 @@ def validate_arguments(schema: dict[str, Any] | None, arguments: Any) -> list[di
         return [{"path": [], "message": f"the tool's input schema is invalid: {exc.message}"}]
     validator = Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(arguments), key=lambda e: list(map(str, e.absolute_path)))
-    found = []
-    for error in errors[:MAX_ERRORS]:
+    return [{"path": path, "message": message} for path, message in located(errors)][:MAX_ERRORS]
+
+
+def located(errors: list) -> list[tuple[list, str]]:
+    """(path, message) per error, a missing required field pointing at the field itself, so a form
+    can show the message beside it. jsonschema raises one `required` error per missing field, each
+    naming the whole list, hence the de-duplication."""
+    found: list[tuple[list, str]] = []
+    for error in errors:
         path = list(error.absolute_path)
         if error.validator == "required" and isinstance(error.instance, dict):
-            # Point at the missing field itself, so the form can show the message beside it.
-            missing = [name for name in error.validator_value if name not in error.instance]
-            path = path + missing[:1]
-        found.append({"path": path, "message": error.message})
+            for name in error.validator_value:
+                entry = (path + [name], f"{name!r} is a required property")
+                if name not in error.instance and entry not in found:
+                    found.append(entry)
+            continue
+        found.append((path, error.message))
     return found
