@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test test-slow lint format migrate bootstrap worker chromium clean
+.PHONY: run test test-slow bench lint format migrate bootstrap worker chromium test-servers clean
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,11 +33,24 @@ chromium:
 		echo "Installing Chromium from Debian for the browser tests"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-test: $(VENV)/.installed chromium
+# Third-party MCP servers the tests run (@modelcontextprotocol/server-everything), pinned in
+# tests/npm/package-lock.json. Without npm the tests that need them are skipped, saying why.
+test-servers:
+	@if command -v npm >/dev/null 2>&1; then \
+		test -d tests/npm/node_modules || npm ci --prefix tests/npm --no-audit --no-fund --loglevel=error; \
+	else echo "npm not found: the server-everything tests will be skipped"; fi
+
+test: $(VENV)/.installed chromium test-servers
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-slow: $(VENV)/.installed chromium
+test-slow: $(VENV)/.installed chromium test-servers
 	PORTAL_SLOW_TESTS=1 $(PY) -m pytest $(PYTEST_ARGS)
+
+# The benchmark (docs/performance.md): about 6 minutes; writes bench/results/latest.json and prints a
+# Markdown table. Its distributed half needs PostgreSQL and Redis on 127.0.0.1 (started as .ci/run
+# does) and is skipped, with a note, when they are not there. BENCH_ARGS=--quick for a short run.
+bench: $(VENV)/.installed
+	$(PY) -m bench $(BENCH_ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

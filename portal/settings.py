@@ -107,7 +107,16 @@ if EMBEDDED:
             "NAME": os.environ.get("PORTAL_SQLITE_PATH", VAR_DIR / "portal.sqlite3"),
             # WAL and IMMEDIATE let the worker threads and the web threads write without
             # "database is locked"; the browser tests' portal process shares the test file.
-            "OPTIONS": {"init_command": "PRAGMA journal_mode=WAL;", "transaction_mode": "IMMEDIATE", "timeout": 20},
+            # synchronous=NORMAL: in WAL mode a commit no longer waits for fsync (the file
+            # cannot be corrupted; a power cut may lose the last few commits).
+            "OPTIONS": {
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 20,
+            },
+            # Keep each thread's connection instead of opening the file (and setting the
+            # pragmas) again for every consumer message and every task.
+            "CONN_MAX_AGE": None,
             # A file, not memory, so a portal process started by a browser test can share it;
             # one per test run, so two runs on one machine do not drop each other's tables.
             "TEST": {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")},
@@ -116,15 +125,31 @@ if EMBEDDED:
     CHANNEL_LAYERS = {"default": {"BACKEND": "portal.channel_layer.EmbeddedChannelLayer"}}
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     CELERY_BROKER_URL = "memory://"
-    # The memory transport polls; the default 1 s would be added to every call.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 0.005}
+    # Kombu's memory transport, woken by each new task rather than polling (portal/memory_broker.py);
+    # the interval is only the backstop for a wake-up that raced past.
+    CELERY_BROKER_TRANSPORT = "portal.memory_broker:Transport"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 0.5}
 else:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=envint("DB_CONN_MAX_AGE", 60))}
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": os.environ.get("CHANNELS_PREFIX", "portal"), "capacity": 1000},
+            "CONFIG": {
+                # redis-py's asyncio pool refuses (not waits) past 100 connections by default:
+                # 200 browsers connecting at once made Daphne answer HTTP 500 (bench/, 200 users).
+                # redis-py's default 5 s socket timeout races channels_redis's 5 s blocking pop: under load a
+                # receive then fails while holding its channel lock, and that consumer stops hearing anything.
+                "hosts": [
+                    {
+                        "address": REDIS_URL,
+                        "max_connections": envint("CHANNELS_REDIS_MAX_CONNECTIONS", 2000),
+                        "socket_timeout": 30,
+                    }
+                ],
+                "prefix": os.environ.get("CHANNELS_PREFIX", "portal"),
+                "capacity": 1000,
+            },
         }
     }
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
@@ -137,6 +162,10 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
+# Celery's Django fixup closes every database connection before and after each task unless
+# this is set, so each tool call paid a new PostgreSQL connection (or SQLite file open).
+# Connections now live by CONN_MAX_AGE, checked around each task (sessions/tasks.py).
+CELERY_DB_REUSE_MAX = envint("CELERY_DB_REUSE_MAX", 1_000_000)
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
@@ -188,6 +217,8 @@ MCP_POOL_MAX_CONNECTIONS = envint("MCP_POOL_MAX_CONNECTIONS", 200)
 MCP_POOL_IDLE_SECONDS = envfloat("MCP_POOL_IDLE_SECONDS", 600.0)
 PORTAL_WORKER_THREADS = envint("PORTAL_WORKER_THREADS", 8)
 PORTAL_WORKER_HEARTBEAT_SECONDS = envfloat("PORTAL_WORKER_HEARTBEAT_SECONDS", 5.0)
+# How long a call waits for a person to approve it before it ends as timed out.
+PORTAL_APPROVAL_TIMEOUT = envfloat("PORTAL_APPROVAL_TIMEOUT", 300.0)
 MCP_HEALTH_CHECK_SECONDS = envfloat("MCP_HEALTH_CHECK_SECONDS", 60.0)
 # A call's conversation (docs/websocket-protocol.md): how long a form waits for its person, and output limits.
 PORTAL_ELICITATION_TIMEOUT = envfloat("PORTAL_ELICITATION_TIMEOUT", 300.0)

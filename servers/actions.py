@@ -8,7 +8,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from .models import Membership, Role, Server, Team
+from sessions.mcp.naming import tool_full_name
+
+from . import mcp_json
+from .models import Effect, Membership, PermissionRule, Role, Server, Team, TeamPolicy, TransportKind
+from .policy import tool_fingerprint
 
 SERVER_FIELDS = (
     "name",
@@ -22,6 +26,7 @@ SERVER_FIELDS = (
     "headers",
     "request_timeout",
     "reset_timeout_on_progress",
+    "elicitation_timeout",
     "protocol",
     "shared",
     "enabled",
@@ -38,9 +43,18 @@ def do_update_server(server: Server, fields: dict[str, Any]) -> Server:
     changed = {k: fields[k] for k in SERVER_FIELDS if k in fields}
     for name, value in changed.items():
         setattr(server, name, value)
-    if changed.keys() - {"name", "description", "enabled", "request_timeout", "reset_timeout_on_progress", "shared"}:
-        # The old tool list described another command or URL.
+    if changed.keys() - {
+        "name",
+        "description",
+        "enabled",
+        "request_timeout",
+        "reset_timeout_on_progress",
+        "elicitation_timeout",
+        "shared",
+    }:
+        # The old tool list (and counts) described another command or URL.
         server.tools, server.tools_listed_at = [], None
+        server.resource_count = server.template_count = server.prompt_count = None
     server.save()
     return server
 
@@ -58,8 +72,39 @@ def do_record_tools(server_id: int, tools: list[dict[str, Any]]) -> None:
     Server.objects.filter(pk=server_id).update(tools=tools, tools_listed_at=timezone.now())
 
 
+def do_record_resource_counts(server_id: int, resources: int, templates: int) -> None:
+    Server.objects.filter(pk=server_id).update(resource_count=resources, template_count=templates)
+
+
+def do_record_prompt_count(server_id: int, prompts: int) -> None:
+    Server.objects.filter(pk=server_id).update(prompt_count=prompts)
+
+
 def do_record_test(server_id: int, result: dict[str, Any]) -> None:
     Server.objects.filter(pk=server_id).update(last_test=result, last_tested_at=timezone.now())
+
+
+def plan_import(team: Team, text: str) -> mcp_json.ParsedConfig:
+    """What importing `text` into `team` would do, entry by entry; writes nothing."""
+    parsed = mcp_json.parse(text, TransportKind.values)
+    return mcp_json.mark_duplicates(parsed, Server.objects.filter(team=team).values_list("name", flat=True))
+
+
+@transaction.atomic
+def do_import_servers(team: Team, by: Any, text: str) -> tuple[mcp_json.ParsedConfig, list[Server]]:
+    """Create every new server of an mcpServers config, or none of them.
+
+    Entries in error block the whole import; duplicates (by name) and transports the
+    portal cannot run yet are skipped, so importing the same file twice creates nothing twice.
+    """
+    # Lock the team so that two imports at once cannot both decide a name is new.
+    Team.objects.select_for_update().filter(pk=team.pk).first()
+    plan = plan_import(team, text)
+    created = [
+        do_create_server(team, by, {"name": entry.name, "transport": entry.transport, **entry.fields})
+        for entry in plan.to_create
+    ]
+    return plan, created
 
 
 def do_record_negotiated(server_id: int, negotiated: dict[str, Any]) -> None:
@@ -77,3 +122,70 @@ def do_ensure_membership(user: Any) -> Membership:
     has_admin = Membership.objects.select_for_update().filter(team=team, role=Role.ADMIN).exists()
     role = Role.ADMIN if user.is_superuser or not has_admin else Role.MEMBER
     return Membership.objects.create(team=team, user=user, role=role)
+
+
+# -- permission rules and team defaults ----------------------------------------------------
+
+
+def _audit_policy(by: Any, team: Team, rule: PermissionRule | None, outcome: str, **fields: Any) -> None:
+    from sessions import audit
+    from sessions.models import AuditKind
+
+    if rule is not None:
+        fields.setdefault("tool", rule.pattern)
+        fields.setdefault("decision", rule.effect)
+        fields.setdefault("rule", audit.describe_rule(rule.as_rule().as_dict()))
+    audit.record(AuditKind.POLICY, by, team=team, outcome=outcome, **fields)
+
+
+@transaction.atomic
+def do_add_rule(team: Team, user: Any | None, pattern: str, effect: str, by: Any) -> PermissionRule:
+    """A team rule (user None; admins only) or a user's own rule, unpinned: it applies whatever the tool says."""
+    rule, _ = PermissionRule.objects.update_or_create(
+        team=team,
+        user=user,
+        pattern=pattern,
+        effect=effect,
+        defaults={"fingerprint": "", "definition": None, "created_by": by},
+    )
+    _audit_policy(by, team, rule, "rule_saved")
+    return rule
+
+
+@transaction.atomic
+def do_delete_rule(rule: PermissionRule, by: Any) -> None:
+    _audit_policy(by, rule.team, rule, "rule_deleted")
+    rule.delete()
+
+
+@transaction.atomic
+def do_pin_rule(server: Server, tool: dict[str, Any], user: Any | None, by: Any) -> PermissionRule:
+    """Allow one tool, pinned to the definition shown: the team's (user None) or the user's own.
+
+    It is also how an approval is renewed after the server changed the tool.
+    """
+    pattern = tool_full_name(server.name, tool.get("name", ""))
+    rule, _ = PermissionRule.objects.update_or_create(
+        team_id=server.team_id,
+        user=user,
+        pattern=pattern,
+        effect=Effect.ALLOW,
+        defaults={"fingerprint": tool_fingerprint(tool), "definition": tool, "created_by": by},
+    )
+    _audit_policy(by, server.team, rule, "rule_pinned", server_id=server.pk, server_name=server.name)
+    return rule
+
+
+@transaction.atomic
+def do_set_team_defaults(team: Team, by: Any, read_only: str, destructive: str, other: str) -> TeamPolicy:
+    policy, _ = TeamPolicy.objects.update_or_create(
+        team=team, defaults={"read_only": read_only, "destructive": destructive, "other": other, "updated_by": by}
+    )
+    _audit_policy(
+        by,
+        team,
+        None,
+        "defaults_saved",
+        reason=f"read-only: {read_only}, destructive: {destructive}, other: {other}",
+    )
+    return policy

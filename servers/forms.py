@@ -12,7 +12,9 @@ from django.core.validators import URLValidator
 from sessions.mcp.naming import VALID_NAME, normalize_name
 from sessions.mcp.variables import references
 
-from .models import REMOTE_TRANSPORTS, ProtocolSetting, Server, Team, TransportKind
+from .mcp_json import MAX_BYTES as MAX_IMPORT_BYTES
+from .models import REMOTE_TRANSPORTS, Effect, ProtocolSetting, Server, Team, TeamPolicy, TransportKind
+from .policy import is_valid_pattern
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 VARIABLE_REFERENCE = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*(?::-[^}]*)?\}")
@@ -87,6 +89,14 @@ class ServerForm(forms.Form):
         required=False,
         help_text="A tool that keeps reporting progress is not cut off while it does.",
     )
+    elicitation_timeout = forms.FloatField(
+        label="Time to answer a form (seconds)",
+        min_value=1,
+        max_value=86_400,
+        required=False,
+        help_text="How long a person has to answer the server's questions (elicitation) before it hears "
+        "'cancel'. Empty: the portal's default.",
+    )
     protocol = forms.ChoiceField(
         label="Protocol era",
         choices=ProtocolSetting.choices,
@@ -117,6 +127,7 @@ class ServerForm(forms.Form):
                 "headers": format_pairs(instance.headers, ":"),
                 "request_timeout": instance.request_timeout,
                 "reset_timeout_on_progress": instance.reset_timeout_on_progress,
+                "elicitation_timeout": instance.elicitation_timeout,
                 "protocol": instance.protocol,
                 "shared": instance.shared,
                 "enabled": instance.enabled,
@@ -179,3 +190,73 @@ class ServerForm(forms.Form):
             if any(normalize_name(other.name).lower() == wanted for other in others.only("name")):
                 self.add_error("name", f"The team already has a server named {name!r}.")
         return data
+
+
+class ImportForm(forms.Form):
+    """An mcpServers config, pasted or uploaded, for one of the teams the user administers."""
+
+    team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None)
+    config = forms.CharField(
+        label="mcpServers JSON",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 14, "spellcheck": "false", "class": "json"}),
+        help_text="Paste claude_desktop_config.json, .mcp.json, Cursor's mcp.json or VS Code's {\"servers\": …}.",
+    )
+    upload = forms.FileField(label="Or upload the file", required=False)
+
+    def __init__(self, *args: Any, teams: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fields["team"].queryset = teams
+        if teams.count() == 1:
+            self.fields["team"].initial = teams.first()
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        upload = data.get("upload")
+        if upload:
+            if upload.size > MAX_IMPORT_BYTES:
+                raise ValidationError(f"The file is larger than {MAX_IMPORT_BYTES // 1000} KB.")
+            try:
+                data["config"] = upload.read().decode("utf-8-sig")
+            except UnicodeDecodeError:
+                raise ValidationError("The file is not UTF-8 text.") from None
+        if not data.get("config", "").strip():
+            raise ValidationError("Paste a configuration or choose a file.")
+        return data
+
+
+class RuleForm(forms.Form):
+    """A permission rule as a person writes it: which tools, and allow / ask / deny."""
+
+    team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None)
+    pattern = forms.CharField(
+        max_length=210,
+        help_text="mcp__<server> for every tool of a server, mcp__<server>__<tool> for one; * matches anything.",
+    )
+    effect = forms.ChoiceField(choices=Effect.choices)
+
+    def __init__(self, *args: Any, teams: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fields["team"].queryset = teams
+        if teams.count() == 1:
+            self.fields["team"].initial = teams.first()
+            self.fields["team"].widget = forms.HiddenInput()
+
+    def clean_pattern(self) -> str:
+        pattern = self.cleaned_data["pattern"].strip()
+        if not is_valid_pattern(pattern):
+            raise ValidationError(
+                "Write mcp__<server> or mcp__<server>__<tool> (letters, digits, _ and -), with * as a wildcard."
+            )
+        return pattern
+
+
+class TeamDefaultsForm(forms.ModelForm):
+    class Meta:
+        model = TeamPolicy
+        fields = ["read_only", "destructive", "other"]
+        help_texts = {
+            "read_only": "Tools whose annotations say readOnlyHint: true.",
+            "destructive": "Tools that are not read-only and say destructiveHint: true, or give no hint (MCP's default).",
+            "other": "Tools that are not read-only and say destructiveHint: false.",
+        }

@@ -11,6 +11,8 @@ from django.db import models
 from sessions.mcp.config import Negotiated, ServerConfig
 from sessions.mcp.naming import normalize_name
 
+from .policy import Defaults, Rule
+
 
 class Team(models.Model):
     name = models.CharField(max_length=100, unique=True)
@@ -85,6 +87,12 @@ class Server(models.Model):
     reset_timeout_on_progress = models.BooleanField(
         default=False, help_text="Restart the request timeout whenever the server reports progress."
     )
+    elicitation_timeout = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Seconds a person has to answer the server's form before it hears 'cancel'; "
+        "empty: the portal's PORTAL_ELICITATION_TIMEOUT.",
+    )
     protocol = models.CharField(max_length=10, choices=ProtocolSetting.choices, default=ProtocolSetting.AUTO)
     shared = models.BooleanField(
         "shared session", default=False, help_text="One session for the whole team instead of one per user."
@@ -97,6 +105,11 @@ class Server(models.Model):
     # What the last worker that listed this server's tools saw, so pages render without a round trip.
     tools = models.JSONField(default=list, blank=True)
     tools_listed_at = models.DateTimeField(null=True, blank=True)
+    # How many resources, resource templates and prompts the last worker to list them saw
+    # (None: never listed), so the catalog shows them without a round trip.
+    resource_count = models.PositiveIntegerField(null=True, blank=True)
+    template_count = models.PositiveIntegerField(null=True, blank=True)
+    prompt_count = models.PositiveIntegerField(null=True, blank=True)
     # The last "Test connection": the handshake's facts, or the diagnosis of its failure.
     last_test = models.JSONField(default=dict, blank=True)
     last_tested_at = models.DateTimeField(null=True, blank=True)
@@ -112,6 +125,10 @@ class Server(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def seconds_to_answer(self) -> float:
+        return self.elicitation_timeout or settings.PORTAL_ELICITATION_TIMEOUT
 
     @property
     def prefix(self) -> str:
@@ -147,8 +164,87 @@ class Server(models.Model):
             variables=(os.environ,),
         )
 
+    @property
+    def placeholders(self) -> list[str]:
+        """The `${VAR}`s left in its settings (imported configs keep them): what it still needs filled in."""
+        from .mcp_json import placeholders_in
+
+        settings = [self.command, self.args, self.env, self.cwd, self.url, self.headers]
+        return ["${" + name + "}" for name in placeholders_in(settings, without_default=True)]
+
     def tool(self, name: str) -> dict[str, Any] | None:
         return next((tool for tool in self.tools if tool.get("name") == name), None)
 
     def is_admin(self, user: Any) -> bool:
         return Membership.objects.filter(team_id=self.team_id, user=user, role=Role.ADMIN).exists()
+
+
+class Effect(models.TextChoices):
+    ALLOW = "allow", "Allow"
+    ASK = "ask", "Ask every time"
+    DENY = "deny", "Deny"
+
+
+class PermissionRule(models.Model):
+    """allow / ask / deny for tools matching a pattern; a team's rule when `user` is empty, else that user's.
+
+    Rules made by "Always allow" carry the fingerprint and the definition of the tool
+    that was approved, and stop applying when the server changes the tool.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="permission_rules")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="permission_rules"
+    )
+    pattern = models.CharField(max_length=210, help_text="mcp__<server> or mcp__<server>__<tool>; * matches anything.")
+    effect = models.CharField(max_length=5, choices=Effect.choices)
+    fingerprint = models.CharField(max_length=64, blank=True)
+    definition = models.JSONField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["pattern", "effect"]
+        indexes = [models.Index(fields=["team", "user"])]
+
+    def __str__(self) -> str:
+        return f"{self.scope} rule {self.pattern} ({self.effect})"
+
+    @property
+    def scope(self) -> str:
+        return "user" if self.user_id else "team"
+
+    def as_rule(self) -> Rule:
+        return Rule(
+            scope="user" if self.user_id else "team",
+            pattern=self.pattern,
+            effect=self.effect,  # type: ignore[arg-type]
+            id=self.pk,
+            fingerprint=self.fingerprint,
+            definition=self.definition,
+        )
+
+
+class TeamPolicy(models.Model):
+    """What a team's tools do when no rule matches, by what their annotations say."""
+
+    team = models.OneToOneField(Team, on_delete=models.CASCADE, related_name="policy")
+    read_only = models.CharField("Read-only tools", max_length=5, choices=Effect.choices, default=Effect.ALLOW)
+    destructive = models.CharField("Destructive tools", max_length=5, choices=Effect.choices, default=Effect.ASK)
+    other = models.CharField("Other tools", max_length=5, choices=Effect.choices, default=Effect.ASK)
+    updated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "team policies"
+
+    def __str__(self) -> str:
+        return f"defaults of {self.team}"
+
+    def as_defaults(self) -> Defaults:
+        return Defaults(read_only=self.read_only, destructive=self.destructive, other=self.other)  # type: ignore[arg-type]

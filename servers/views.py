@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
@@ -13,9 +15,12 @@ from django.views.decorators.http import require_POST
 from sessions.mcp.naming import annotate_tools
 from sessions.models import ConnectionStatus
 
-from . import actions
-from .forms import ServerForm
-from .models import Role, Server, Team
+from . import actions, mcp_json
+from .forms import ImportForm, RuleForm, ServerForm, TeamDefaultsForm
+from .models import Membership, PermissionRule, Role, Server, Team, TeamPolicy
+from .permissions import describe_tools
+
+DEFAULT_FIELDS = ("read_only", "destructive", "other")
 
 
 def _visible_server(request: HttpRequest, server_id: int) -> Server:
@@ -86,12 +91,31 @@ def server_edit(request: HttpRequest, server_id: int) -> HttpResponse:
 def server_detail(request: HttpRequest, server_id: int) -> HttpResponse:
     server = _visible_server(request, server_id)
     _attach_connection_status(request.user, [server])
-    tools = annotate_tools(server.name, server.tools)
+    described = describe_tools(server, request.user.pk)
+    tools = [{**tool, **described[tool.get("name", "")]} for tool in annotate_tools(server.name, server.tools)]
     return render(
         request,
         "servers/detail.html",
         {"server": server, "tools": tools, "is_admin": server.is_admin(request.user)},
     )
+
+
+@login_required
+@require_POST
+def tool_pin(request: HttpRequest, server_id: int) -> HttpResponse:
+    """Always allow one tool as listed now: for the team (admins) or for yourself."""
+    server = _visible_server(request, server_id)
+    tool = server.tool(request.POST.get("tool", ""))
+    if tool is None:
+        messages.error(request, "That tool is not in the server's tool list; refresh the list and try again.")
+        return redirect("server_detail", server_id=server.pk)
+    for_team = request.POST.get("scope") == "team"
+    if for_team and not server.is_admin(request.user):
+        raise PermissionDenied("Only the team's admins can allow tools for the team.")
+    actions.do_pin_rule(server, tool, None if for_team else request.user, request.user)
+    who = "the team" if for_team else "you"
+    messages.success(request, f"{server.prefix}{tool['name']} is allowed for {who}, as it is defined now.")
+    return redirect("server_detail", server_id=server.pk)
 
 
 @login_required
@@ -114,3 +138,117 @@ def server_delete(request: HttpRequest, server_id: int) -> HttpResponse:
         messages.success(request, f"Deleted {server.name}. Its call history is kept.")
         return redirect("server_list")
     return render(request, "servers/delete.html", {"server": server})
+
+
+# -- mcpServers import and export ---------------------------------------------------------------
+
+
+@login_required
+def server_import(request: HttpRequest) -> HttpResponse:
+    """Paste or upload → preview (nothing written) → create all new servers, or none."""
+    teams = _admin_teams(request)
+    if not teams.exists():
+        raise PermissionDenied("Only team admins can import servers.")
+    form = ImportForm(request.POST or None, request.FILES or None, teams=teams)
+    if request.method != "POST" or not form.is_valid():
+        return render(request, "servers/import.html", {"form": form})
+    team, text = form.cleaned_data["team"], form.cleaned_data["config"]
+    if "create" in request.POST:
+        plan, created = actions.do_import_servers(team, request.user, text)
+        if plan.ok:
+            if created:
+                names = ", ".join(server.name for server in created)
+                messages.success(request, f"Imported {len(created)} server(s) into {team.name}: {names}.")
+            else:
+                messages.info(request, "Nothing new to import: every server was a duplicate or not supported yet.")
+            return redirect("server_list")
+    else:
+        plan = actions.plan_import(team, text)
+    return render(request, "servers/import_preview.html", {"form": form, "plan": plan, "team": team, "config": text})
+
+
+@login_required
+def server_export(request: HttpRequest) -> HttpResponse:
+    """A team's servers as mcpServers JSON, secrets held back; `?download=1` for the file."""
+    teams = Team.objects.filter(memberships__user=request.user).order_by("name")
+    wanted = request.GET.get("team", "")
+    team = teams.filter(pk=wanted).first() if wanted.isdigit() else teams.first()
+    if team is None:
+        raise PermissionDenied("You belong to no team with that id.")
+    shape = "servers" if request.GET.get("format") == "vscode" else "mcpServers"
+    config, notes = mcp_json.export(Server.objects.filter(team=team), shape)
+    if request.GET.get("download"):
+        response = JsonResponse(config, json_dumps_params={"indent": 2})
+        filename = "mcp.json" if shape == "servers" else f"mcp-servers-{mcp_json.normalize_name(team.name)}.json"
+        response["Content-Disposition"] = f'attachment; filename="{filename}"'
+        return response
+    return render(
+        request,
+        "servers/export.html",
+        {"teams": teams, "team": team, "shape": shape, "pretty": json.dumps(config, indent=2), "notes": notes},
+    )
+
+
+# -- permission rules ------------------------------------------------------------------------
+
+
+def _member_teams(request: HttpRequest):
+    return Team.objects.filter(memberships__user=request.user).order_by("name")
+
+
+@login_required
+def my_rules(request: HttpRequest) -> HttpResponse:
+    """A person's own rules: they can tighten what their teams allow, never loosen a team deny or ask."""
+    teams = _member_teams(request)
+    form = RuleForm(request.POST or None, teams=teams)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        actions.do_add_rule(data["team"], request.user, data["pattern"], data["effect"], request.user)
+        messages.success(request, f"Saved your rule {data['pattern']} ({data['effect']}).")
+        return redirect("my_rules")
+    rules = PermissionRule.objects.filter(user=request.user).select_related("team").order_by("team__name", "pattern")
+    return render(request, "servers/my_rules.html", {"form": form, "rules": rules, "teams": teams})
+
+
+@login_required
+def team_policy(request: HttpRequest, team_id: int) -> HttpResponse:
+    """A team's rules and defaults: every member may read them, admins change them."""
+    team = get_object_or_404(_member_teams(request), pk=team_id)
+    is_admin = Membership.objects.filter(team=team, user=request.user, role=Role.ADMIN).exists()
+    policy = TeamPolicy.objects.filter(team=team).first() or TeamPolicy(team=team)
+    posted = request.POST if request.method == "POST" else None
+    if posted is not None and not is_admin:
+        raise PermissionDenied("Only the team's admins can change its policy.")
+    which = posted.get("form") if posted else None
+    rule_form = RuleForm(posted if which == "rule" else None, teams=Team.objects.filter(pk=team.pk))
+    defaults_form = TeamDefaultsForm(posted if which == "defaults" else None, instance=policy)
+    if which == "rule" and rule_form.is_valid():
+        data = rule_form.cleaned_data
+        actions.do_add_rule(team, None, data["pattern"], data["effect"], request.user)
+        messages.success(request, f"Saved the team rule {data['pattern']} ({data['effect']}).")
+        return redirect("team_policy", team_id=team.pk)
+    if which == "defaults" and defaults_form.is_valid():
+        actions.do_set_team_defaults(team, request.user, **{k: defaults_form.cleaned_data[k] for k in DEFAULT_FIELDS})
+        messages.success(request, "Saved the team's defaults.")
+        return redirect("team_policy", team_id=team.pk)
+    rules = PermissionRule.objects.filter(team=team, user__isnull=True).select_related("created_by")
+    return render(
+        request,
+        "servers/team_policy.html",
+        {"team": team, "is_admin": is_admin, "rules": rules, "rule_form": rule_form, "defaults_form": defaults_form},
+    )
+
+
+@login_required
+@require_POST
+def rule_delete(request: HttpRequest, rule_id: int) -> HttpResponse:
+    rule = get_object_or_404(PermissionRule.objects.select_related("team"), pk=rule_id)
+    if rule.user_id is not None:
+        allowed = rule.user_id == request.user.pk
+    else:
+        allowed = Membership.objects.filter(team=rule.team, user=request.user, role=Role.ADMIN).exists()
+    if not allowed:
+        raise Http404("No such rule.")
+    actions.do_delete_rule(rule, request.user)
+    messages.success(request, f"Deleted the rule {rule.pattern} ({rule.effect}).")
+    return redirect("team_policy", team_id=rule.team_id) if rule.user_id is None else redirect("my_rules")

@@ -1,35 +1,100 @@
-"""Writes that matter for live use: starting and finishing tool calls."""
+"""Writes that matter for live use: starting tool calls, asking people, and finishing calls.
+
+Every call and every permission decision leaves an audit row (sessions/audit.py),
+written in the same transaction as the change it describes.
+"""
 
 from __future__ import annotations
 
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from servers.models import Server
+from servers.models import Effect, PermissionRule, Server
+from servers.permissions import decide_for
+from servers.policy import ASK, DENY, Decision, definition_diff
+from sessions.mcp.naming import tool_full_name
+from sessions.mcp.schema import validate_arguments
 
+from . import audit
 from .mcp.errors import Failure
-from .models import CallStatus, ConnectionStatus, Elicitation, ElicitationState, ToolCall
+from .models import (
+    Approval,
+    ApprovalState,
+    AuditKind,
+    CallStatus,
+    ConnectionStatus,
+    Elicitation,
+    ElicitationState,
+    ToolCall,
+)
+
+ANSWERS = ("allow_once", "always_allow", "deny")
+
+
+class ApprovalError(Exception):
+    """An answer the portal will not take; the text goes back to the browser."""
+
+
+def _notify_on_commit(user_id: int, event: dict[str, Any]) -> None:
+    from .worker import user_group  # the worker module imports this one
+
+    def send() -> None:
+        async_to_sync(get_channel_layer().group_send)(user_group(user_id), {"type": "portal.event", "event": event})
+
+    transaction.on_commit(send)
+
+
+def _enqueue_on_commit(call_id: str) -> None:
+    from .tasks import run_tool_call
+
+    transaction.on_commit(lambda: run_tool_call.delay(call_id))
+
+
+# -- starting a call ---------------------------------------------------------------------
 
 
 @transaction.atomic
 def do_start_tool_call(user: Any, server_id: Any, tool: str, arguments: dict[str, Any]) -> ToolCall:
-    """Record the call and hand it to a worker once the record is committed.
+    """Record the call, decide on it from the server's last tool list, and act on the decision.
 
-    A call that cannot start (a server the user cannot see, or a disabled one) is
-    still recorded, as rejected, so every attempt leaves a trace.
+    allow → a worker gets it; deny → it ends rejected, with the rule; ask → it waits
+    for the user's answer. A tool missing from the last list is decided by the worker,
+    on the live definition. A call that cannot start (a server the user cannot see, or
+    a disabled one) is still recorded, as rejected, so every attempt leaves a trace.
     """
-    server = Server.objects.visible_to(user).filter(pk=server_id).first() if isinstance(server_id, int) else None
+    server = None
+    if isinstance(server_id, int) and not isinstance(server_id, bool):
+        server = Server.objects.visible_to(user).select_related("team__policy").filter(pk=server_id).first()
     call = ToolCall(user=user, server=server, server_name=server.name if server else "", tool=tool, arguments=arguments)
     if server is None:
-        call.status, call.error, call.error_kind = CallStatus.REJECTED, "Unknown server.", "unknown_server"
-    elif not server.enabled:
-        call.status, call.error, call.error_kind = CallStatus.REJECTED, f"{server.name} is disabled.", "server_disabled"
-    if call.status == CallStatus.REJECTED:
-        call.finished_at = timezone.now()
-        call.save()
+        return _reject(call, "Unknown server.", "unknown_server")
+    if not server.enabled:
+        return _reject(call, f"{server.name} is disabled.", "server_disabled")
+    definition = server.tool(tool)
+    decision = decide_for(server, user.pk, tool, definition)
+    call.decision = decision.as_dict()
+    if decision.effect == DENY:
+        _reject(call, decision.reason, "denied", decided=True)
         return call
+    asks_now = decision.effect == ASK and definition is not None
+    if asks_now and validate_arguments(definition.get("inputSchema"), arguments):
+        # Nobody should approve a call that cannot run: the worker rejects it on the live schema.
+        asks_now = False
+    if asks_now:
+        call.status = CallStatus.AWAITING_APPROVAL
+        call.save()
+        _request_approval(call, decision, definition)
+        return call
+    if decision.effect == ASK:
+        call.decision = {**call.decision, "effect": "defer", "reason": "The worker decides on the live definition."}
     call.save()
     from . import affinity
     from .tasks import run_tool_call
@@ -40,6 +105,259 @@ def do_start_tool_call(user: Any, server_id: Any, tool: str, arguments: dict[str
     return call
 
 
+def _reject(call: ToolCall, error: str, kind: str, decided: bool = False) -> ToolCall:
+    call.status, call.error, call.error_kind, call.finished_at = CallStatus.REJECTED, error, kind, timezone.now()
+    call.save()
+    if decided:
+        audit.record_for_call(AuditKind.DECISION, call)
+    audit.record_for_call(AuditKind.CALL, call, error=error)
+    return call
+
+
+# -- the worker's check ------------------------------------------------------------------
+
+
+@dataclass
+class Gate:
+    """The worker's verdict on a claimed call: run it, end it, or leave it waiting for an answer."""
+
+    decision: dict[str, Any]
+    run: bool = False
+    waiting: bool = False
+    kind: str = ""
+    reason: str = ""
+
+
+def do_check_tool_call(call: ToolCall, definition: dict[str, Any]) -> Gate:
+    """Decide again, in the worker, on the live definition and the rules as they are now.
+
+    A call runs only if this decision allows it, or asks and the user approved this
+    very definition for this call.
+    """
+    server = call.server
+    assert server is not None
+    decision = decide_for(server, call.user_id, call.tool, definition)
+    if decision.effect == DENY:
+        audit.record_for_call(AuditKind.DECISION, call, decision=decision.as_dict(), outcome=CallStatus.REJECTED)
+        return Gate(decision.as_dict(), kind="denied", reason=decision.reason)
+    if decision.effect != ASK:
+        return Gate(decision.as_dict(), run=True)
+    approvals = list(call.approvals.filter(state=ApprovalState.APPROVED))
+    approved = next((a for a in approvals if a.fingerprint == decision.fingerprint), None)
+    if approved is not None:
+        allowed = {**decision.as_dict(), "effect": "allow", "approval": str(approved.id)}
+        return Gate({**allowed, "reason": approved_reason(approved)}, run=True)
+    # Asked, and not approved for this definition (the tool changed since, or the last
+    # list the portal had was out of date): ask the person now, showing what changed.
+    with transaction.atomic():
+        moved = ToolCall.objects.filter(pk=call.pk, status=CallStatus.RUNNING).update(
+            status=CallStatus.AWAITING_APPROVAL, decision=decision.as_dict()
+        )
+        if not moved:
+            return Gate(decision.as_dict(), kind="cancelled", reason="The call ended while it was being checked.")
+        call.status, call.decision = CallStatus.AWAITING_APPROVAL, decision.as_dict()
+        previous = approvals[-1].definition if approvals else None
+        _request_approval(call, decision, definition, previous)
+    return Gate(decision.as_dict(), waiting=True)
+
+
+def approved_reason(approval: Approval) -> str:
+    how = "always" if approval.remember else "once"
+    return f"Approved ({how}) by you at {approval.answered_at:%H:%M:%S}: {approval.decision.get('reason', '')}"
+
+
+# -- approvals ----------------------------------------------------------------------------
+
+
+def _request_approval(
+    call: ToolCall, decision: Decision, definition: dict[str, Any], previous: dict[str, Any] | None = None
+) -> Approval:
+    if previous is None and decision.stale:
+        previous = next((rule.definition for rule in decision.stale if rule.definition), None)
+    timeout = settings.PORTAL_APPROVAL_TIMEOUT
+    approval = Approval.objects.create(
+        call=call,
+        user=call.user,
+        definition=definition,
+        fingerprint=decision.fingerprint,
+        diff=definition_diff(previous, definition),
+        decision=decision.as_dict(),
+        expires_at=timezone.now() + timedelta(seconds=timeout),
+    )
+    audit.record_for_call(AuditKind.DECISION, call, decision=decision.as_dict())
+    _notify_on_commit(call.user_id, approval.as_event())
+
+    from .tasks import expire_approval
+
+    approval_id = str(approval.id)
+    transaction.on_commit(lambda: expire_approval.apply_async((approval_id,), countdown=timeout))
+    return approval
+
+
+def _pending_approval(user: Any, approval_id: Any) -> Approval:
+    try:
+        key = uuid.UUID(str(approval_id))
+    except ValueError:
+        raise ApprovalError("Unknown approval.") from None
+    # Another user's approval reads exactly like one that does not exist.
+    approval = (
+        Approval.objects.select_for_update(of=("self",))
+        .select_related("call__server", "call__user")
+        .filter(pk=key, user=user)
+        .first()
+    )
+    if approval is None:
+        raise ApprovalError("Unknown approval.")
+    if approval.state != ApprovalState.PENDING:
+        raise ApprovalError(f"This approval was already answered ({approval.get_state_display().lower()}).")
+    return approval
+
+
+def do_answer_approval(user: Any, approval_id: Any, answer: str) -> Approval:
+    """Allow once, always allow (a user rule pinned to this definition), or deny a waiting call."""
+    if answer not in ANSWERS:
+        raise ApprovalError(f"'answer' must be one of {', '.join(ANSWERS)}.")
+    with transaction.atomic():
+        approval = _pending_approval(user, approval_id)
+        if approval.expires_at <= timezone.now():
+            # Committed before the error goes back: the call ends as timed out either way.
+            _expire(approval)
+        else:
+            _answer(approval, answer)
+            return approval
+    raise ApprovalError("This approval timed out; call the tool again.")
+
+
+def _answer(approval: Approval, answer: str) -> None:
+    if answer == "always_allow" and not approval.can_remember:
+        raise ApprovalError("A rule asks for this tool every time, so it cannot be always allowed.")
+    call = approval.call
+    approval.answered_at = timezone.now()
+    approval.state = ApprovalState.DECLINED if answer == "deny" else ApprovalState.APPROVED
+    approval.remember = answer == "always_allow"
+    approval.save(update_fields=["state", "answered_at", "remember"])
+    answered = {"allow_once": "approved", "always_allow": "approved_always", "deny": "declined"}[answer]
+    audit.record_for_call(
+        AuditKind.APPROVAL,
+        call,
+        decision={**approval.decision, "effect": answered},
+        outcome=CallStatus.REJECTED if answer == "deny" else CallStatus.PENDING,
+    )
+    if answer == "always_allow":
+        _remember(approval)
+    if answer == "deny":
+        _end_waiting_call(call, CallStatus.REJECTED, "You declined the call.", "declined")
+    else:
+        allowed = {
+            **approval.decision,
+            "effect": "allow",
+            "approval": str(approval.id),
+            "reason": approved_reason(approval),
+        }
+        if ToolCall.objects.filter(pk=call.pk, status=CallStatus.AWAITING_APPROVAL).update(
+            status=CallStatus.PENDING, decision=allowed
+        ):
+            _enqueue_on_commit(str(call.id))
+    _notify_on_commit(call.user_id, _ended_event(approval))
+
+
+def _remember(approval: Approval) -> None:
+    """The "Always allow" rule: the user's, for this tool of this server, pinned to this definition."""
+    call = approval.call
+    server = call.server
+    if server is None:
+        return
+    rule, _ = PermissionRule.objects.update_or_create(
+        team_id=server.team_id,
+        user=approval.user,
+        pattern=tool_full_name(server.name, call.tool),
+        effect=Effect.ALLOW,
+        defaults={"fingerprint": approval.fingerprint, "definition": approval.definition, "created_by": approval.user},
+    )
+    audit.record(
+        AuditKind.POLICY,
+        approval.user,
+        team_id=server.team_id,
+        server_id=server.pk,
+        server_name=server.name,
+        tool=rule.pattern,
+        decision="allow",
+        rule=audit.describe_rule(rule.as_rule().as_dict()),
+        reason="Always allow, pinned to the approved definition.",
+        outcome="rule_saved",
+    )
+
+
+def _ended_event(approval: Approval) -> dict[str, Any]:
+    return {
+        "type": "approval.ended",
+        "approval": str(approval.id),
+        "call": str(approval.call_id),
+        "state": approval.state,
+    }
+
+
+def _end_waiting_call(call: ToolCall, status: str, error: str, kind: str) -> None:
+    ended = ToolCall.objects.filter(pk=call.pk, status=CallStatus.AWAITING_APPROVAL).update(
+        status=status, error=error, error_kind=kind, finished_at=timezone.now()
+    )
+    if ended:
+        call.refresh_from_db()
+        audit.record_for_call(AuditKind.CALL, call, error=error)
+        _notify_on_commit(call.user_id, {"type": "call.ended", **call.as_event()})
+
+
+def _expire(approval: Approval) -> None:
+    Approval.objects.filter(pk=approval.pk, state=ApprovalState.PENDING).update(state=ApprovalState.EXPIRED)
+    approval.state = ApprovalState.EXPIRED
+    call = approval.call
+    # The timeout the approval was given, which may differ from this process's setting.
+    timeout = round((approval.expires_at - approval.created_at).total_seconds())
+    audit.record_for_call(
+        AuditKind.APPROVAL, call, decision={**approval.decision, "effect": "expired"}, outcome=CallStatus.TIMED_OUT
+    )
+    _end_waiting_call(
+        call, CallStatus.TIMED_OUT, f"Nobody answered the approval within {timeout:g} s.", "approval_timeout"
+    )
+    _notify_on_commit(call.user_id, _ended_event(approval))
+
+
+@transaction.atomic
+def do_expire_approval(approval_id: str) -> float | None:
+    """End an approval nobody answered in time. Returns the seconds left if it is not due yet."""
+    approval = (
+        Approval.objects.select_for_update(of=("self",))
+        .select_related("call__server", "call__user")
+        .filter(pk=approval_id, state=ApprovalState.PENDING)
+        .first()
+    )
+    if approval is None:
+        return None
+    left = (approval.expires_at - timezone.now()).total_seconds()
+    if left > 0:
+        return left
+    _expire(approval)
+    return None
+
+
+@transaction.atomic
+def do_list_pending_approvals(user: Any) -> list[Approval]:
+    """The user's approvals still waiting, after ending any that are overdue (a lost expiry task)."""
+    pending = list(
+        Approval.objects.select_for_update(of=("self",))
+        .select_related("call__server", "call__user")
+        .filter(user=user, state=ApprovalState.PENDING)
+    )
+    now = timezone.now()
+    for approval in pending:
+        if approval.expires_at <= now:
+            _expire(approval)
+    return [approval for approval in pending if approval.state == ApprovalState.PENDING]
+
+
+# -- running and finishing --------------------------------------------------------------
+
+
 def do_claim_tool_call(call_id: str, worker: str) -> bool:
     """Pending → running, once: a task delivered twice must not call the tool twice."""
     claimed = ToolCall.objects.filter(pk=call_id, status=CallStatus.PENDING).update(
@@ -48,6 +366,7 @@ def do_claim_tool_call(call_id: str, worker: str) -> bool:
     return claimed == 1
 
 
+@transaction.atomic
 def do_finish_tool_call(
     call_id: str,
     status: str,
@@ -58,21 +377,34 @@ def do_finish_tool_call(
     error_kind: str = "",
     details: dict[str, Any] | None = None,
     duration_ms: float | None = None,
+    decision: dict[str, Any] | None = None,
+    call: ToolCall | None = None,
     worker: str | None = None,
 ) -> ToolCall:
-    extra = {"worker": worker} if worker else {}
-    ToolCall.objects.filter(pk=call_id).update(
-        **extra,
-        status=status,
-        result=result,
-        full_output=full_output,
-        error=error,
-        error_kind=error_kind,
-        details=details or {},
-        duration_ms=duration_ms,
-        finished_at=timezone.now(),
-    )
-    return ToolCall.objects.get(pk=call_id)
+    """Record how the call ended, and audit it. A caller that holds the row passes it as `call`:
+    it is updated in memory instead of read back (one query less per call)."""
+    fields: dict[str, Any] = {
+        "status": status,
+        "result": result,
+        "full_output": full_output,
+        "error": error,
+        "error_kind": error_kind,
+        "details": details or {},
+        "duration_ms": duration_ms,
+        "finished_at": timezone.now(),
+    }
+    if decision is not None:
+        fields["decision"] = decision
+    if worker:
+        fields["worker"] = worker
+    ToolCall.objects.filter(pk=call_id).update(**fields)
+    if call is None:
+        call = ToolCall.objects.select_related("server", "user").get(pk=call_id)
+    else:
+        for name, value in fields.items():
+            setattr(call, name, value)
+    audit.record_for_call(AuditKind.CALL, call, duration_ms=duration_ms, error=error)
+    return call
 
 
 def do_set_connection_status(

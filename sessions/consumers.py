@@ -17,6 +17,8 @@ from .models import CallStatus, Elicitation, ElicitationState, ToolCall
 from .worker import user_group
 
 MAX_MESSAGE_BYTES = 1_000_000
+MAX_URI = 2048
+MAX_SUBSCRIPTIONS = 50
 
 
 class MessageError(Exception):
@@ -55,6 +57,41 @@ def _text(content: dict[str, Any], name: str, limit: int, required: bool = True)
     return value
 
 
+def _strings(content: dict[str, Any], name: str, limit: int = 100_000, max_items: int = 100) -> dict[str, str]:
+    """An optional object of string values: prompt arguments, completion context."""
+    value = content.get(name, {})
+    if (
+        not isinstance(value, dict)
+        or len(value) > max_items
+        or not all(isinstance(k, str) and isinstance(v, str) and len(v) <= limit for k, v in value.items())
+    ):
+        raise MessageError(f"'{name}' must be an object of at most {max_items} string values.")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    # Python's json reads NaN and Infinity, which are not JSON; stored, they break PostgreSQL's jsonb.
+    raise ValueError(f"{name} is not JSON")
+
+
+def _check_text(value: Any) -> None:
+    """Refuse strings no database column can hold: NUL characters (PostgreSQL) and lone surrogates."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise MessageError("Text may not contain NUL characters (U+0000).")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise MessageError("Text must be valid Unicode (no lone surrogates).") from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_text(key)
+            _check_text(item)
+    elif isinstance(value, list):
+        for item in value:
+            _check_text(item)
+
+
 class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -63,12 +100,18 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
             return
         self.user = user
         self.group = user_group(user.pk)
+        # Resource subscriptions this socket made, given back when it closes.
+        self.subscriptions: set[tuple[int, str]] = set()
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
 
     async def disconnect(self, code: int) -> None:
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        for server_id, uri in getattr(self, "subscriptions", ()):
+            await database_sync_to_async(tasks.unsubscribe_resource.delay)(
+                server_id, self.user.pk, uri, self.channel_name
+            )
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         # Every message is untrusted: anything malformed gets an error reply, never a closed socket.
@@ -79,9 +122,10 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
             if len(text_data) > MAX_MESSAGE_BYTES:
                 raise MessageError(f"Messages are limited to {MAX_MESSAGE_BYTES} bytes.")
             try:
-                content = json.loads(text_data)
+                content = json.loads(text_data, parse_constant=_no_constant)
             except ValueError:
                 raise MessageError("The message is not valid JSON.") from None
+            _check_text(content)
             if not isinstance(content, dict):
                 raise MessageError("A message must be a JSON object with a 'type'.")
             ref = content.get("ref") if isinstance(content.get("ref"), (str, int)) else None
@@ -102,8 +146,16 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         if not isinstance(arguments, dict):
             raise MessageError("'arguments' must be a JSON object.")
         call = await database_sync_to_async(actions.do_start_tool_call)(self.user, server_id, tool, arguments)
+        # Fields the browser adds (a "decision", an approval id) are ignored: the action decides.
         await self.send_json(
-            {"type": "call.accepted", "ref": ref, "call": str(call.id), "server": call.server_id, "tool": tool}
+            {
+                "type": "call.accepted",
+                "ref": ref,
+                "call": str(call.id),
+                "server": call.server_id,
+                "tool": tool,
+                "status": call.status,
+            }
         )
         if call.finished:
             await self.send_json({"type": "call.ended", "ref": ref, **call.as_event()})
@@ -120,13 +172,13 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
             raise MessageError("Only the team's admins can test its servers.")
         await database_sync_to_async(tasks.test_connection.delay)(server_id, self.user.pk)
 
-    async def on_cancel(self, content: dict[str, Any], ref: Any) -> None:
+    async def on_cancel_call(self, content: dict[str, Any], ref: Any) -> None:
         call_id = _text(content, "call", 64)
         channel = await self._running_call_channel(call_id)
         await self.channel_layer.send(channel, {"type": "call.cancel"})
         await self.send_json({"type": "cancel.sent", "ref": ref, "call": call_id})
 
-    async def on_elicitation_answer(self, content: dict[str, Any], ref: Any) -> None:
+    async def on_answer_elicitation(self, content: dict[str, Any], ref: Any) -> None:
         eid = _text(content, "elicitation", 64)
         action = content.get("action")
         if action not in ("accept", "decline", "cancel"):
@@ -140,12 +192,90 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         )
         await self.send_json({"type": "elicitation.answered", "ref": ref, "call": call_id, "elicitation": eid})
 
+    # -- resources, prompts, completions: checked here, answered by a worker -----------------
+
+    async def on_list_resources(self, content: dict[str, Any], ref: Any) -> None:
+        server_id = await self._usable_server(content)
+        await database_sync_to_async(tasks.list_resources.delay)(server_id, self.user.pk, ref)
+
+    async def on_read_resource(self, content: dict[str, Any], ref: Any) -> None:
+        server_id = await self._usable_server(content)
+        uri = _text(content, "uri", MAX_URI)
+        await database_sync_to_async(tasks.read_resource.delay)(server_id, self.user.pk, uri, ref)
+
+    async def on_subscribe_resource(self, content: dict[str, Any], ref: Any) -> None:
+        server_id = await self._usable_server(content)
+        uri = _text(content, "uri", MAX_URI)
+        if (server_id, uri) not in self.subscriptions and len(self.subscriptions) >= MAX_SUBSCRIPTIONS:
+            raise MessageError(f"A page may hold at most {MAX_SUBSCRIPTIONS} subscriptions.")
+        # Asking again is harmless (the pool keeps a set of subscribers per URI), and retries one that failed.
+        self.subscriptions.add((server_id, uri))
+        await database_sync_to_async(tasks.subscribe_resource.delay)(
+            server_id, self.user.pk, uri, self.channel_name, ref
+        )
+
+    async def on_unsubscribe_resource(self, content: dict[str, Any], ref: Any) -> None:
+        server_id = _server_id(content)
+        uri = _text(content, "uri", MAX_URI)
+        if (server_id, uri) in self.subscriptions:
+            self.subscriptions.discard((server_id, uri))
+            await database_sync_to_async(tasks.unsubscribe_resource.delay)(
+                server_id, self.user.pk, uri, self.channel_name, ref
+            )
+        else:
+            await self.send_json({"type": "resource.unsubscribed", "ref": ref, "server": server_id, "uri": uri})
+
+    async def on_list_prompts(self, content: dict[str, Any], ref: Any) -> None:
+        server_id = await self._usable_server(content)
+        await database_sync_to_async(tasks.list_prompts.delay)(server_id, self.user.pk, ref)
+
+    async def on_get_prompt(self, content: dict[str, Any], ref: Any) -> None:
+        server_id = await self._usable_server(content)
+        name = _text(content, "name", 200)
+        arguments = _strings(content, "arguments")
+        await database_sync_to_async(tasks.get_prompt.delay)(server_id, self.user.pk, name, arguments, ref)
+
+    async def on_complete(self, content: dict[str, Any], ref: Any) -> None:
+        server_id = await self._usable_server(content)
+        if ("prompt" in content) == ("template" in content):
+            raise MessageError("Say what to complete: a 'prompt' name or a resource 'template'.")
+        target = {"prompt": _text(content, "prompt", 200)} if "prompt" in content else {}
+        target = target or {"template": _text(content, "template", MAX_URI)}
+        argument = _text(content, "argument", 200)
+        value = _text(content, "value", 10_000, required=False)
+        context = _strings(content, "context", limit=10_000)
+        await database_sync_to_async(tasks.complete.delay)(
+            server_id, self.user.pk, target, argument, value, context, ref
+        )
+
+    async def on_list_approvals(self, content: dict[str, Any], ref: Any) -> None:
+        # The playground asks on every (re)connect, so a reload never loses a waiting approval.
+        approvals = await database_sync_to_async(self._pending_approvals)()
+        await self.send_json({"type": "approvals", "ref": ref, "approvals": approvals})
+
+    async def on_answer_approval(self, content: dict[str, Any], ref: Any) -> None:
+        approval = _text(content, "approval", 64)
+        answer = _text(content, "answer", 20)
+        try:
+            await database_sync_to_async(actions.do_answer_approval)(self.user, approval, answer)
+        except actions.ApprovalError as exc:
+            raise MessageError(str(exc)) from None
+
     handlers = {
         "call": on_call,
         "list_tools": on_list_tools,
         "test_connection": on_test_connection,
-        "cancel": on_cancel,
-        "elicitation.answer": on_elicitation_answer,
+        "cancel_call": on_cancel_call,
+        "answer_elicitation": on_answer_elicitation,
+        "list_resources": on_list_resources,
+        "read_resource": on_read_resource,
+        "subscribe_resource": on_subscribe_resource,
+        "unsubscribe_resource": on_unsubscribe_resource,
+        "list_prompts": on_list_prompts,
+        "get_prompt": on_get_prompt,
+        "complete": on_complete,
+        "list_approvals": on_list_approvals,
+        "answer_approval": on_answer_approval,
     }
 
     @database_sync_to_async
@@ -177,6 +307,9 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
             raise MessageError("This form was already closed.")
         return elicitation.call.channel, str(elicitation.call_id)
 
+    def _pending_approvals(self) -> list[dict[str, Any]]:
+        return [approval.as_event() for approval in actions.do_list_pending_approvals(self.user)]
+
     def _send_list_tools(self, server_id: int, refresh: bool) -> None:
         # To the worker holding this user's session, so listing does not open a second one elsewhere.
         server = Server.objects.get(pk=server_id)
@@ -186,6 +319,18 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
     @database_sync_to_async
     def _can_see(self, server_id: int) -> bool:
         return Server.objects.visible_to(self.user).filter(pk=server_id).exists()
+
+    async def _usable_server(self, content: dict[str, Any]) -> int:
+        """The message's server, if the user can see it and it is enabled."""
+        server_id = _server_id(content)
+        found = await database_sync_to_async(
+            lambda: Server.objects.visible_to(self.user).filter(pk=server_id).values_list("name", "enabled").first()
+        )()
+        if found is None:
+            raise MessageError("Unknown server.")
+        if not found[1]:
+            raise MessageError(f"{found[0]} is disabled.")
+        return server_id
 
     @database_sync_to_async
     def _can_administer(self, server_id: int) -> bool:

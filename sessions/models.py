@@ -1,15 +1,21 @@
-"""What happens when people use servers: one row per tool call, kept after the server is gone."""
+"""What happens when people use servers: tool calls, the approvals they wait for, and the audit log.
+
+Call records and audit rows are kept after the server is gone.
+"""
 
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 
 
 class CallStatus(models.TextChoices):
     PENDING = "pending", "Pending"
+    AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
     RUNNING = "running", "Running"
     SUCCEEDED = "succeeded", "Succeeded"
     TOOL_ERROR = "tool_error", "Tool error"
@@ -31,6 +37,12 @@ FINISHED = frozenset(
 )
 
 
+class ToolCallManager(models.Manager["ToolCall"]):
+    def get_queryset(self) -> models.QuerySet[ToolCall]:
+        # The whole output of a truncated call may be megabytes: only its download reads it.
+        return super().get_queryset().defer("full_output")
+
+
 class ToolCall(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tool_calls")
@@ -38,7 +50,10 @@ class ToolCall(models.Model):
     server_name = models.CharField(max_length=64)
     tool = models.CharField(max_length=200)
     arguments = models.JSONField(default=dict)
-    status = models.CharField(max_length=12, choices=CallStatus.choices, default=CallStatus.PENDING)
+    status = models.CharField(max_length=20, choices=CallStatus.choices, default=CallStatus.PENDING)
+    # The permission decision that let the call run (or stopped it): effect, reason, rule.
+    # The worker refuses a call that has none, so nothing can reach a server unchecked.
+    decision = models.JSONField(default=dict, blank=True)
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)
     error_kind = models.CharField(max_length=40, blank=True)
@@ -52,6 +67,8 @@ class ToolCall(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     duration_ms = models.FloatField(null=True, blank=True)
+
+    objects = ToolCallManager()
 
     class Meta:
         ordering = ["-created_at"]
@@ -76,7 +93,175 @@ class ToolCall(models.Model):
             "error_kind": self.error_kind,
             "details": self.details,
             "duration_ms": self.duration_ms,
+            "decision": self.decision,
         }
+
+    def as_record(self) -> dict:
+        """Everything the history knows about the call, for its JSON export."""
+        return {
+            **self.as_event(),
+            "server_name": self.server_name,
+            "arguments": self.arguments,
+            "worker": self.worker,
+            "created_at": self.created_at.isoformat() if self.created_at else None,
+            "started_at": self.started_at.isoformat() if self.started_at else None,
+            "finished_at": self.finished_at.isoformat() if self.finished_at else None,
+            "exchange": self.exchange(),
+        }
+
+    def exchange(self) -> list[dict]:
+        """The call's JSON-RPC as the worker exchanged it, with times (ms after it started).
+
+        Rebuilt from the record, not captured from the wire: the request, the progress
+        notifications, then the result, or how the portal saw the call end (a timeout, a
+        crash: no JSON-RPC answer came). A call rejected before reaching a server has none.
+        """
+        if self.started_at is None or self.status == CallStatus.REJECTED:
+            return []
+        request = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": self.tool, "arguments": self.arguments},
+        }
+        messages = [{"at_ms": 0.0, "direction": "sent", "message": request}]
+        for event in (self.details or {}).get("progress", []):
+            params = {k: event[k] for k in ("progress", "total", "message") if event.get(k) is not None}
+            messages.append(
+                {
+                    "at_ms": event.get("at_ms"),
+                    "direction": "received",
+                    "message": {
+                        "jsonrpc": "2.0",
+                        "method": "notifications/progress",
+                        "params": {"progressToken": 1, **params},
+                    },
+                }
+            )
+        if self.result is not None:
+            answer = {"jsonrpc": "2.0", "id": 1, "result": self.result}
+            messages.append({"at_ms": self.duration_ms, "direction": "received", "message": answer})
+        elif self.finished:
+            ended = {"status": self.status, "error_kind": self.error_kind, "error": self.error}
+            messages.append({"at_ms": self.duration_ms, "direction": "portal", "message": ended})
+        return messages
+
+
+class ApprovalState(models.TextChoices):
+    PENDING = "pending", "Waiting for an answer"
+    APPROVED = "approved", "Approved"
+    DECLINED = "declined", "Declined"
+    EXPIRED = "expired", "Timed out"
+
+
+class Approval(models.Model):
+    """One question to a person: may this call run? Its id is the only handle the browser gets."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    call = models.ForeignKey(ToolCall, on_delete=models.CASCADE, related_name="approvals")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="approvals")
+    # The tool as it will be called, and what changed since an earlier approval.
+    definition = models.JSONField(default=dict)
+    fingerprint = models.CharField(max_length=64)
+    diff = models.TextField(blank=True)
+    decision = models.JSONField(default=dict)
+    state = models.CharField(max_length=10, choices=ApprovalState.choices, default=ApprovalState.PENDING)
+    remember = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    answered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        indexes = [models.Index(fields=["user", "state"])]
+
+    def __str__(self) -> str:
+        return f"approval of {self.call} ({self.state})"
+
+    @property
+    def can_remember(self) -> bool:
+        return bool(self.decision.get("can_remember"))
+
+    def as_event(self) -> dict[str, Any]:
+        """What the playground's approval dialog shows (`approval.requested`)."""
+        call = self.call
+        left = (self.expires_at - timezone.now()).total_seconds()
+        return {
+            "type": "approval.requested",
+            "approval": str(self.id),
+            "call": str(call.id),
+            "server": call.server_id,
+            "server_name": call.server_name,
+            "tool": call.tool,
+            "title": self.definition.get("title") or (self.definition.get("annotations") or {}).get("title") or "",
+            "description": self.definition.get("description") or "",
+            "annotations": self.definition.get("annotations") or {},
+            "arguments": call.arguments,
+            "reason": self.decision.get("reason", ""),
+            "rule": self.decision.get("rule"),
+            "diff": self.diff,
+            "can_remember": self.can_remember,
+            "expires_at": self.expires_at.isoformat(),
+            "expires_in": max(0.0, round(left, 1)),
+        }
+
+
+class AuditQuerySet(models.QuerySet["AuditEvent"]):
+    # The application never edits or deletes audit rows; these paths fail loudly instead.
+    def update(self, **kwargs: Any) -> int:
+        raise PermissionError("The audit log is append-only.")
+
+    def delete(self) -> Any:
+        raise PermissionError("The audit log is append-only.")
+
+
+class AuditKind(models.TextChoices):
+    DECISION = "decision", "Decision"
+    APPROVAL = "approval", "Approval"
+    CALL = "call", "Call"
+    POLICY = "policy", "Policy change"
+
+
+class AuditEvent(models.Model):
+    """One line of the audit log: who did what with which tool, what was decided and why, how it ended.
+
+    Written only by actions (sessions/audit.py), with secrets in arguments redacted.
+    Names are copied, so a row still reads right after the user, server or team is gone.
+    """
+
+    at = models.DateTimeField(auto_now_add=True, db_index=True)
+    kind = models.CharField(max_length=10, choices=AuditKind.choices)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    username = models.CharField(max_length=150)
+    team = models.ForeignKey("servers.Team", null=True, on_delete=models.SET_NULL, related_name="+")
+    server_id = models.BigIntegerField(null=True)
+    server_name = models.CharField(max_length=64, blank=True)
+    tool = models.CharField(max_length=210, blank=True)
+    call_id = models.UUIDField(null=True)
+    arguments = models.JSONField(default=dict, blank=True)
+    decision = models.CharField(max_length=20, blank=True)
+    rule = models.CharField(max_length=250, blank=True)
+    reason = models.TextField(blank=True)
+    duration_ms = models.FloatField(null=True)
+    outcome = models.CharField(max_length=20, blank=True)
+    error = models.TextField(blank=True)
+
+    objects = AuditQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["team", "-at"]), models.Index(fields=["user", "-at"])]
+
+    def __str__(self) -> str:
+        return f"{self.at:%Y-%m-%d %H:%M:%S} {self.username} {self.kind} {self.tool} {self.decision} {self.outcome}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise PermissionError("The audit log is append-only.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> Any:
+        raise PermissionError("The audit log is append-only.")
 
 
 class ElicitationState(models.TextChoices):

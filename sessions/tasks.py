@@ -1,14 +1,23 @@
-"""Celery tasks: each takes ids and hands over to one function in worker.py."""
+"""Celery tasks: each takes ids and hands over to one function in worker.py or one action."""
 
 from celery import shared_task
-from celery.signals import worker_init, worker_process_shutdown, worker_shutdown
+from celery.signals import task_postrun, task_prerun, worker_init, worker_process_shutdown, worker_shutdown
+from django.db import close_old_connections
 
-from . import affinity, worker
+from . import actions, affinity, worker
 
 
 @shared_task(name="sessions.run_tool_call")
 def run_tool_call(call_id: str) -> None:
     worker.execute_tool_call(call_id)
+
+
+@shared_task(name="sessions.expire_approval")
+def expire_approval(approval_id: str) -> None:
+    # Countdowns can fire a little early; check again when the approval is really due.
+    left = actions.do_expire_approval(approval_id)
+    if left is not None:
+        expire_approval.apply_async((approval_id,), countdown=left)
 
 
 @shared_task(name="sessions.list_tools")
@@ -19,6 +28,43 @@ def list_tools(server_id: int, user_id: int, refresh: bool = False) -> None:
 @shared_task(name="sessions.test_connection")
 def test_connection(server_id: int, user_id: int) -> None:
     worker.execute_test_connection(server_id, user_id)
+
+
+@shared_task(name="sessions.list_resources")
+def list_resources(server_id: int, user_id: int, ref: str | int | None = None) -> None:
+    worker.execute_list_resources(server_id, user_id, ref)
+
+
+@shared_task(name="sessions.read_resource")
+def read_resource(server_id: int, user_id: int, uri: str, ref: str | int | None = None) -> None:
+    worker.execute_read_resource(server_id, user_id, uri, ref)
+
+
+@shared_task(name="sessions.list_prompts")
+def list_prompts(server_id: int, user_id: int, ref: str | int | None = None) -> None:
+    worker.execute_list_prompts(server_id, user_id, ref)
+
+
+@shared_task(name="sessions.get_prompt")
+def get_prompt(server_id: int, user_id: int, name: str, arguments: dict, ref: str | int | None = None) -> None:
+    worker.execute_get_prompt(server_id, user_id, name, arguments, ref)
+
+
+@shared_task(name="sessions.complete")
+def complete(
+    server_id: int, user_id: int, target: dict, argument: str, value: str, context: dict, ref: str | int | None = None
+) -> None:
+    worker.execute_complete(server_id, user_id, target, argument, value, context, ref)
+
+
+@shared_task(name="sessions.subscribe_resource")
+def subscribe_resource(server_id: int, user_id: int, uri: str, subscriber: str, ref: str | int | None = None) -> None:
+    worker.execute_subscribe_resource(server_id, user_id, uri, subscriber, ref)
+
+
+@shared_task(name="sessions.unsubscribe_resource")
+def unsubscribe_resource(server_id: int, user_id: int, uri: str, subscriber: str, ref: str | int | None = None) -> None:
+    worker.execute_unsubscribe_resource(server_id, user_id, uri, subscriber, ref)
 
 
 @worker_init.connect
@@ -35,3 +81,11 @@ def _on_worker_init(sender=None, **_kwargs) -> None:
 def _on_worker_shutdown(sender=None, **_kwargs) -> None:
     # Close every MCP connection so no stdio child outlives its worker.
     worker.shutdown_pool()
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _check_database_connections(sender=None, **_kwargs) -> None:
+    # What a request does for a view: drop a connection that broke or outlived CONN_MAX_AGE,
+    # keep a good one (settings.CELERY_DB_REUSE_MAX stops Celery from closing them all).
+    close_old_connections()

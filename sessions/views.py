@@ -1,13 +1,27 @@
 from __future__ import annotations
 
+import json
+import uuid
+from datetime import date, datetime, time, timedelta
+from typing import Any
+
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.db.models import Q, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
+from django.utils.http import urlencode
 
-from servers.models import Server
+from servers.models import Role, Server, Team
+from servers.permissions import describe_tools
 
+from . import audit
 from .mcp.naming import annotate_tools
-from .models import ToolCall
+from .models import AuditEvent, AuditKind, CallStatus, ToolCall
+
+LIST_LIMIT = 200
+EXPORT_LIMIT = 5000
+AUDIT_PAGE_ROWS = 200
 
 
 @login_required
@@ -21,34 +35,198 @@ def playground(request: HttpRequest) -> HttpResponse:
             "prefix": s.prefix,
             # Summaries for the list (descriptions cut at 2,048 characters); the pane shows the full text.
             "tools": annotate_tools(s.name, s.tools),
+            "described": describe_tools(s, request.user.pk),
             "transport": s.transport,
         }
-        for s in servers
+        for s in servers.select_related("team__policy")
     ]
-    selected = {"server": request.GET.get("server", ""), "tool": request.GET.get("tool", "")}
+    selected: dict[str, Any] = {"server": request.GET.get("server", ""), "tool": request.GET.get("tool", "")}
+    # "Re-run" from the history: the same server, tool and arguments, ready to edit. Only one's own calls.
+    rerun = _own_call(request, request.GET.get("call", ""))
+    if rerun is not None and rerun.server_id is not None:
+        selected.update(server=str(rerun.server_id), tool=rerun.tool, arguments=rerun.arguments)
     return render(
         request, "sessions/playground.html", {"catalog": catalog, "selected": selected, "has_servers": bool(catalog)}
     )
 
 
+def _servers_page(request: HttpRequest, template: str) -> HttpResponse:
+    """The Resources and Prompts tabs: the user's enabled servers; the rest comes over the WebSocket."""
+    servers = Server.objects.visible_to(request.user).filter(enabled=True).select_related("team").distinct()
+    catalog = [{"id": s.pk, "name": s.name, "team": s.team.name} for s in servers]
+    selected = {"server": request.GET.get("server", "")}
+    return render(request, template, {"catalog": catalog, "selected": selected, "has_servers": bool(catalog)})
+
+
+@login_required
+def playground_resources(request: HttpRequest) -> HttpResponse:
+    return _servers_page(request, "sessions/resources.html")
+
+
+@login_required
+def playground_prompts(request: HttpRequest) -> HttpResponse:
+    return _servers_page(request, "sessions/prompts.html")
+
+
+def _own_call(request: HttpRequest, call_id: str) -> ToolCall | None:
+    try:
+        pk = uuid.UUID(call_id)
+    except ValueError:  # no id, or a malformed one: no call to re-run
+        return None
+    return ToolCall.objects.filter(pk=pk, user=request.user).first()
+
+
+def _filtered_calls(request: HttpRequest) -> tuple[QuerySet[ToolCall], dict[str, str]]:
+    filters = {name: request.GET.get(name, "").strip() for name in ("server", "tool", "status")}
+    calls = ToolCall.objects.filter(user=request.user)
+    if filters["server"]:
+        calls = calls.filter(server_name=filters["server"])
+    if filters["tool"]:
+        calls = calls.filter(tool=filters["tool"])
+    if filters["status"]:
+        calls = calls.filter(status=filters["status"])
+    return calls, filters
+
+
 @login_required
 def call_list(request: HttpRequest) -> HttpResponse:
-    calls = ToolCall.objects.filter(user=request.user).select_related("server")[:200]
-    return render(request, "sessions/calls.html", {"calls": calls})
+    calls, filters = _filtered_calls(request)
+    own = ToolCall.objects.filter(user=request.user)
+    choices = {
+        "servers": sorted(set(own.exclude(server_name="").values_list("server_name", flat=True))),
+        "tools": sorted(set(own.values_list("tool", flat=True))),
+        "statuses": CallStatus.choices,
+    }
+    return render(
+        request,
+        "sessions/calls.html",
+        {
+            "calls": calls.select_related("server")[:LIST_LIMIT],
+            "filters": filters,
+            "filtered": any(filters.values()),
+            "choices": choices,
+            "query": request.GET.urlencode(),
+            "limit": LIST_LIMIT,
+        },
+    )
+
+
+@login_required
+def call_list_export(request: HttpRequest) -> HttpResponse:
+    calls, filters = _filtered_calls(request)
+    records = [call.as_record() for call in calls[:EXPORT_LIMIT]]
+    body = {"exported_at": timezone.now().isoformat(), "filters": filters, "limit": EXPORT_LIMIT, "calls": records}
+    return _download(body, f"mcp-calls-{timezone.now():%Y%m%d-%H%M%S}.json")
 
 
 @login_required
 def call_detail(request: HttpRequest, call_id: str) -> HttpResponse:
     call = get_object_or_404(ToolCall, pk=call_id, user=request.user)
-    return render(request, "sessions/call.html", {"call": call})
+    details = {k: v for k, v in call.details.items() if k not in ("progress", "stderr_tail", "errors")}
+    return render(
+        request,
+        "sessions/call.html",
+        {
+            "call": call,
+            "arguments": json.dumps(call.arguments, indent=2),
+            "result": json.dumps(call.result, indent=2) if call.result is not None else "",
+            "progress": call.details.get("progress", []),
+            "field_errors": call.details.get("errors", []),
+            "stderr_tail": call.details.get("stderr_tail", ""),
+            "other_details": json.dumps(details, indent=2) if details else "",
+            "exchange": [{**m, "json": json.dumps(m["message"], indent=2)} for m in call.exchange()],
+        },
+    )
 
 
 @login_required
 def call_full_output(request: HttpRequest, call_id: str) -> HttpResponse:
     """The whole output of a call whose shown result was truncated; only its owner may have it."""
-    call = get_object_or_404(ToolCall.objects.defer("result"), pk=call_id, user=request.user)
+    call = get_object_or_404(ToolCall.objects.only("id", "user", "full_output"), pk=call_id, user=request.user)
     if call.full_output is None:
         raise Http404("This call's output was not truncated.")
     response = HttpResponse(bytes(call.full_output), content_type="application/json")
     response["Content-Disposition"] = f'attachment; filename="call-{call.pk}-output.json"'
     return response
+
+
+@login_required
+def call_export(request: HttpRequest, call_id: str) -> HttpResponse:
+    call = get_object_or_404(ToolCall, pk=call_id, user=request.user)
+    return _download(call.as_record(), f"mcp-call-{call.pk}.json")
+
+
+def _download(body: Any, filename: str) -> HttpResponse:
+    response = JsonResponse(body, safe=False, json_dumps_params={"indent": 2})
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+# -- the audit log ---------------------------------------------------------------------------
+
+
+def _visible_events(user: Any) -> QuerySet[AuditEvent]:
+    """Team admins see their teams' rows; everyone sees their own."""
+    admin_teams = Team.objects.filter(memberships__user=user, memberships__role=Role.ADMIN)
+    return AuditEvent.objects.filter(Q(user=user) | Q(team__in=admin_teams)).select_related("team")
+
+
+def _day(text: str) -> date | None:
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def _filtered(request: HttpRequest) -> tuple[QuerySet[AuditEvent], dict[str, str]]:
+    params = {
+        name: request.GET.get(name, "").strip()
+        for name in ("user", "server", "tool", "outcome", "kind", "since", "until")
+    }
+    events = _visible_events(request.user)
+    if params["user"]:
+        events = events.filter(username=params["user"])
+    if params["server"]:
+        events = events.filter(server_name=params["server"])
+    if params["tool"]:
+        events = events.filter(tool=params["tool"])
+    if params["outcome"]:
+        events = events.filter(outcome=params["outcome"])
+    if params["kind"]:
+        events = events.filter(kind=params["kind"])
+    zone = timezone.get_current_timezone()
+    if since := _day(params["since"]):
+        events = events.filter(at__gte=datetime.combine(since, time.min, zone))
+    if until := _day(params["until"]):
+        events = events.filter(at__lt=datetime.combine(until + timedelta(days=1), time.min, zone))
+    return events, params
+
+
+@login_required
+def audit_log(request: HttpRequest) -> HttpResponse:
+    events, params = _filtered(request)
+    export = request.GET.get("format")
+    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+    if export == "csv":
+        response = StreamingHttpResponse(audit.csv_lines(events.iterator(chunk_size=500)), content_type="text/csv")
+        response["Content-Disposition"] = f'attachment; filename="audit-{stamp}.csv"'
+        return response
+    if export == "json":
+        response = JsonResponse({"events": [audit.as_row(e) for e in events.iterator(chunk_size=500)]})
+        response["Content-Disposition"] = f'attachment; filename="audit-{stamp}.json"'
+        return response
+    is_admin = Team.objects.filter(memberships__user=request.user, memberships__role=Role.ADMIN).exists()
+    query = urlencode({name: value for name, value in params.items() if value})
+    return render(
+        request,
+        "sessions/audit.html",
+        {
+            "events": events[:AUDIT_PAGE_ROWS],
+            "limit": AUDIT_PAGE_ROWS,
+            "params": params,
+            "query": query,
+            "is_admin": is_admin,
+            "kinds": AuditKind.choices,
+            "outcomes": [*CallStatus.values, "rule_saved", "rule_pinned", "rule_deleted", "defaults_saved"],
+        },
+    )

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import json
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -24,6 +25,7 @@ from django.core.cache import cache
 
 from servers import actions as server_actions
 from servers.models import Membership, Server
+from servers.permissions import describe_tools
 
 from . import actions, affinity
 from .affinity import WORKER_NAME
@@ -39,6 +41,7 @@ log = logging.getLogger(__name__)
 
 _pool: ConnectionPool | None = None
 _pool_lock = threading.Lock()
+_stopping = threading.Event()
 HEARTBEAT_KEY = "portal:worker-heartbeat"
 
 
@@ -61,6 +64,7 @@ def get_pool() -> ConnectionPool:
 
 def shutdown_pool() -> None:
     global _pool
+    _stopping.set()  # no more heartbeats: the router must stop sending calls here
     try:
         affinity.stop()
     except Exception:  # noqa: BLE001 - the cache may be gone already; the TTL covers it
@@ -94,30 +98,72 @@ def owner_user_ids(owner: str) -> list[int]:
 
 
 class WorkerEvents(PoolEvents):
-    """The pool's news, turned into rows and browser events (called on the pool loop)."""
+    """The pool's news, turned into rows and browser events.
+
+    Called on the pool loop. The routing entry is written at once (the next call must find it);
+    rows and browser events go through an ordered queue drained by one task, so a slow database
+    or channel layer never holds up a connection or a call.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: asyncio.Queue[Callable[[], Awaitable[None]]] | None = None
+        self._drainer: asyncio.Task[None] | None = None
+
+    def _later(self, job: Callable[[], Awaitable[None]]) -> None:
+        if self._jobs is None:
+            self._jobs = asyncio.Queue()
+            self._drainer = asyncio.get_running_loop().create_task(self._drain(self._jobs))
+        self._jobs.put_nowait(job)
+
+    async def aclose(self) -> None:
+        if self._jobs is not None and self._drainer is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._jobs.join(), 5.0)
+            self._drainer.cancel()
+
+    @staticmethod
+    async def _drain(jobs: asyncio.Queue[Callable[[], Awaitable[None]]]) -> None:
+        while True:
+            job = await jobs.get()
+            try:
+                await job()
+            except Exception:  # noqa: BLE001 - bookkeeping must never stop the queue
+                log.warning("could not record a connection event", exc_info=True)
+            finally:
+                jobs.task_done()
 
     async def status(self, key: ConnectionKey, config: ServerConfig, status: str, failure: Failure | None) -> None:
         try:
-            event = await database_sync_to_async(actions.do_set_connection_status)(
-                key.server_id, key.owner, status, failure, WORKER_NAME
-            )
             if status == "connected":
                 affinity.record([key])
             elif status in ("closed", "failed", "needs-auth"):
                 affinity.forget(key)
+        except Exception:  # noqa: BLE001 - a cache outage costs affinity, not the call
+            log.warning("could not update the routing of %s", key, exc_info=True)
+
+        async def record() -> None:
+            event = await database_sync_to_async(actions.do_set_connection_status)(
+                key.server_id, key.owner, status, failure, WORKER_NAME
+            )
             if event is not None:
                 for user_id in await database_sync_to_async(owner_user_ids)(key.owner):
                     await _publish(user_id, event)
-        except Exception:  # noqa: BLE001 - bookkeeping must never break a call
-            log.warning("could not record the status of %s", key, exc_info=True)
+
+        self._later(record)
 
     async def tools_changed(self, key: ConnectionKey, config: ServerConfig) -> None:
-        # Open playgrounds re-list the server's tools when they hear this.
-        for user_id in await database_sync_to_async(owner_user_ids)(key.owner):
-            await _publish(user_id, {"type": "tools.changed", "server": key.server_id})
+        async def tell() -> None:
+            # Open playgrounds and server pages list the tools again when they hear this.
+            for user_id in await database_sync_to_async(owner_user_ids)(key.owner):
+                await _publish(user_id, {"type": "tools.changed", "server": key.server_id})
+
+        self._later(tell)
 
     async def negotiated(self, key: ConnectionKey, config: ServerConfig, negotiated: Negotiated) -> None:
-        await database_sync_to_async(server_actions.do_record_negotiated)(key.server_id, negotiated.as_dict())
+        async def remember() -> None:
+            await database_sync_to_async(server_actions.do_record_negotiated)(key.server_id, negotiated.as_dict())
+
+        self._later(remember)
 
 
 def publish(user_id: int, event: dict[str, Any]) -> None:
@@ -128,12 +174,16 @@ def publish(user_id: int, event: dict[str, Any]) -> None:
 
 
 def execute_tool_call(call_id: str) -> None:
-    """Run one recorded call to its end. Whatever happens, the record ends with a status."""
+    """Run one recorded call to its end. Whatever happens, the record ends with a status,
+    unless the call now waits for a person: then their answer, or its timeout, ends it."""
     if not actions.do_claim_tool_call(call_id, WORKER_NAME):
         return
-    call = ToolCall.objects.select_related("server").get(pk=call_id)
+    call = ToolCall.objects.select_related("server__team__policy", "user").get(pk=call_id)
+    progress: list[dict[str, Any]] = []  # kept on the record, for the history page
     try:
-        outcome = _run_call(call)
+        outcome = _run_call(call, progress)
+        if outcome is None:
+            return
         result, full_output = _truncated(outcome)
         finished = actions.do_finish_tool_call(
             call_id,
@@ -142,14 +192,20 @@ def execute_tool_call(call_id: str) -> None:
             full_output=full_output,
             error=outcome.failure.message if outcome.failure else "",
             error_kind=outcome.failure.kind if outcome.failure else "",
-            details=_details(outcome),
+            details={**_details(outcome), **({"progress": progress} if progress else {})},
             duration_ms=outcome.duration_ms,
+            decision=call.decision,
+            call=call,
             worker=WORKER_NAME,
         )
     except Exception as exc:  # noqa: BLE001 - the record must end, whatever broke
         log.exception("tool call %s failed inside the worker", call_id)
         finished = actions.do_finish_tool_call(
-            call_id, CallStatus.FAILED, error=f"The worker failed: {type(exc).__name__}: {exc}", error_kind="internal"
+            call_id,
+            CallStatus.FAILED,
+            error=f"The worker failed: {type(exc).__name__}: {exc}",
+            error_kind="internal",
+            call=call,
         )
     publish(call.user_id, {"type": "call.ended", **finished.as_event()})
 
@@ -187,7 +243,18 @@ def _details(outcome: CallOutcome) -> dict[str, Any]:
     return details
 
 
-def _run_call(call: ToolCall) -> CallOutcome:
+MAX_RECORDED_PROGRESS = 200
+
+
+def _run_call(call: ToolCall, progress: list[dict[str, Any]] | None = None) -> CallOutcome | None:
+    """List the live tools, check the permission on the live definition, then call.
+
+    Returns None when the call was handed to a person for approval instead.
+    """
+    if not call.decision:
+        # Only do_start_tool_call records a decision: anything else that queued a call is refused.
+        reason = "The call has no permission decision: it did not come through the portal's check."
+        return CallOutcome(CallStatus.REJECTED, failure=Failure("unchecked", reason))
     server = call.server
     if server is None or not server.enabled:
         reason = "The server was deleted." if server is None else f"{server.name} is disabled."
@@ -196,37 +263,56 @@ def _run_call(call: ToolCall) -> CallOutcome:
     key = connection_key(server, config, call.user_id)
     pool = get_pool()
     call_id, user_id = str(call.id), call.user_id
+    backstop = config.connect_timeout + config.request_timeout + 30
 
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+    started = time.monotonic()
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        if progress is not None and len(progress) < MAX_RECORDED_PROGRESS:
+            at_ms = round((time.monotonic() - started) * 1000, 1)
+            progress.append({"progress": value, "total": total, "message": message, "at_ms": at_ms})
         await _publish(
             user_id,
-            {"type": "call.progress", "call": call_id, "progress": progress, "total": total, "message": message},
+            {"type": "call.progress", "call": call_id, "progress": value, "total": total, "message": message},
         )
 
     async def on_log(level: str, logger: str | None, data: Any) -> None:
         await _publish(user_id, {"type": "call.log", "call": call_id, "level": level, "logger": logger, "data": data})
 
-    async def run() -> CallOutcome:
+    async def listed() -> list[dict[str, Any]]:
         await _publish(user_id, {"type": "call.started", "call": call_id, "worker": WORKER_NAME})
-        try:
-            tools = await pool.list_tools(key, config)
-        except ConnectionFailed as exc:
-            return CallOutcome(CallStatus.FAILED, failure=exc.failure)
-        tool = next((t for t in tools if t.get("name") == call.tool), None)
-        if tool is None:
-            return CallOutcome(
-                CallStatus.REJECTED, failure=Failure("unknown_tool", f"{server.name} has no tool named {call.tool!r}.")
-            )
-        errors = validate_arguments(tool.get("inputSchema"), call.arguments)
-        if errors:
-            failure = Failure("invalid_arguments", "The arguments do not match the tool's schema.")
-            return CallOutcome(CallStatus.REJECTED, failure=failure, errors=errors)
-        return await _converse(call_id, user_id, on_progress, on_log, pool.call_tool, key, config, call)
+        return await pool.list_tools(key, config)
 
+    try:
+        tools = pool.run(listed(), timeout=backstop)
+    except ConnectionFailed as exc:
+        return CallOutcome(CallStatus.FAILED, failure=exc.failure)
+    except concurrent.futures.TimeoutError:
+        return CallOutcome(CallStatus.TIMED_OUT, failure=Failure("timeout", f"the worker gave up after {backstop:g} s"))
+    if tools != server.tools:
+        # The pages and the next call's first decision read this list; keep it current.
+        server_actions.do_record_tools(server.pk, tools)
+    tool = next((t for t in tools if t.get("name") == call.tool), None)
+    if tool is None:
+        return CallOutcome(
+            CallStatus.REJECTED, failure=Failure("unknown_tool", f"{server.name} has no tool named {call.tool!r}.")
+        )
+    errors = validate_arguments(tool.get("inputSchema"), call.arguments)
+    if errors:
+        failure = Failure("invalid_arguments", "The arguments do not match the tool's schema.")
+        return CallOutcome(CallStatus.REJECTED, failure=failure, errors=errors)
+    gate = actions.do_check_tool_call(call, tool)
+    call.decision = gate.decision
+    if gate.waiting:
+        return None
+    if not gate.run:
+        return CallOutcome(CallStatus.REJECTED, failure=Failure(gate.kind, gate.reason))
     # A pending elicitation stops the request clock (a person is answering), so the backstop leaves
     # room for a few forms, each bounded by its own timeout.
-    backstop = config.connect_timeout + config.request_timeout + 3 * settings.PORTAL_ELICITATION_TIMEOUT + 30
-    future = pool.submit(run())
+    backstop += 3 * server.seconds_to_answer
+    future = pool.submit(
+        _converse(call_id, user_id, on_progress, on_log, pool.call_tool, key, config, call, server.seconds_to_answer)
+    )
     try:
         return future.result(timeout=backstop)
     except concurrent.futures.TimeoutError:
@@ -243,6 +329,7 @@ async def _converse(
     key: ConnectionKey,
     config: ServerConfig,
     call: ToolCall,
+    seconds_to_answer: float,
 ) -> CallOutcome:
     """Run the call while listening on a channel of its own for the person behind it: Cancel, and
     answers to the server's elicitations (docs/websocket-protocol.md)."""
@@ -260,7 +347,7 @@ async def _converse(
         request = {"type": "elicitation.requested", "call": call_id, "elicitation": eid, "mode": "form"}
         await _publish(user_id, {**request, "message": message, "schema": schema, "defaults": defaults(schema)})
         try:
-            return await asyncio.wait_for(answer, settings.PORTAL_ELICITATION_TIMEOUT)
+            return await asyncio.wait_for(answer, seconds_to_answer)
         except TimeoutError:
             # Nobody answered in time: the server hears "cancel" and the form closes in the browser.
             if await database_sync_to_async(actions.do_answer_elicitation)(eid, ElicitationState.TIMED_OUT):
@@ -315,7 +402,7 @@ async def _converse(
 
 
 def execute_list_tools(server_id: int, user_id: int, refresh: bool) -> None:
-    server = Server.objects.filter(pk=server_id).first()
+    server = Server.objects.select_related("team__policy").filter(pk=server_id).first()
     if server is None:
         publish(
             user_id,
@@ -333,7 +420,8 @@ def execute_list_tools(server_id: int, user_id: int, refresh: bool) -> None:
         publish(user_id, {"type": "tools", "server": server_id, "error": exc.failure.as_dict()})
         return
     server_actions.do_record_tools(server_id, tools)
-    publish(user_id, {"type": "tools", "server": server_id, "tools": tools})
+    described = describe_tools(server, user_id, tools)
+    publish(user_id, {"type": "tools", "server": server_id, "tools": tools, "described": described})
 
 
 def execute_test_connection(server_id: int, user_id: int) -> None:
@@ -356,6 +444,131 @@ def execute_test_connection(server_id: int, user_id: int) -> None:
     publish(user_id, {"type": "connection.tested", "server": server_id, **result})
 
 
+# -- resources, prompts, completions -----------------------------------------------------
+#
+# Each runs one pool request for (server, user) and publishes one event to the user's
+# group: the answer, or `error` with the diagnosis. `ref` is the browser's, echoed back
+# so a page can match answers to its questions.
+
+PoolWork = Callable[[ConnectionPool, ConnectionKey, ServerConfig], Coroutine[Any, Any, dict[str, Any]]]
+
+
+def _on_server(
+    server_id: int,
+    user_id: int,
+    event: dict[str, Any],
+    work: PoolWork,
+    ref: Any = None,
+    record: Callable[[dict[str, Any]], None] | None = None,
+) -> None:
+    """Run `work` against the server and publish `event` with its answer merged in (after `record`ing it)."""
+    event = {**event, "server": server_id, "ref": ref}
+    server = Server.objects.filter(pk=server_id).first()
+    if server is None or not server.enabled:
+        message = "Unknown server." if server is None else f"{server.name} is disabled."
+        publish(user_id, {**event, "error": Failure("server_unavailable", message).as_dict()})
+        return
+    config = server.to_config()
+    pool = get_pool()
+    backstop = config.connect_timeout + config.request_timeout + 30
+    try:
+        data = pool.run(work(pool, connection_key(server, config, user_id), config), timeout=backstop)
+    except ConnectionFailed as exc:
+        publish(user_id, {**event, "error": exc.failure.as_dict()})
+        return
+    except concurrent.futures.TimeoutError:
+        publish(user_id, {**event, "error": Failure("timeout", f"the worker gave up after {backstop:g} s").as_dict()})
+        return
+    if record is not None:
+        record(data)
+    publish(user_id, {**event, **data})
+
+
+def execute_list_resources(server_id: int, user_id: int, ref: Any = None) -> None:
+    _on_server(
+        server_id,
+        user_id,
+        {"type": "resources"},
+        lambda pool, key, config: pool.list_resources(key, config),
+        ref,
+        record=lambda listing: server_actions.do_record_resource_counts(
+            server_id, len(listing["resources"]), len(listing["templates"])
+        ),
+    )
+
+
+def execute_read_resource(server_id: int, user_id: int, uri: str, ref: Any = None) -> None:
+    _on_server(
+        server_id,
+        user_id,
+        {"type": "resource.read", "uri": uri},
+        lambda pool, key, config: pool.read_resource(key, config, uri),
+        ref,
+    )
+
+
+def execute_list_prompts(server_id: int, user_id: int, ref: Any = None) -> None:
+    _on_server(
+        server_id,
+        user_id,
+        {"type": "prompts"},
+        lambda pool, key, config: pool.list_prompts(key, config),
+        ref,
+        record=lambda listing: server_actions.do_record_prompt_count(server_id, len(listing["prompts"])),
+    )
+
+
+def execute_get_prompt(server_id: int, user_id: int, name: str, arguments: dict[str, str], ref: Any = None) -> None:
+    _on_server(
+        server_id,
+        user_id,
+        {"type": "prompt.got", "name": name},
+        lambda pool, key, config: pool.get_prompt(key, config, name, arguments),
+        ref,
+    )
+
+
+def execute_complete(
+    server_id: int,
+    user_id: int,
+    target: dict[str, str],
+    argument: str,
+    value: str,
+    context: dict[str, str],
+    ref: Any = None,
+) -> None:
+    """Completion suggestions for an argument of a prompt (`{"prompt": name}`) or template (`{"template": uri}`)."""
+    _on_server(
+        server_id,
+        user_id,
+        {"type": "completion", **target, "argument": argument},
+        lambda pool, key, config: pool.complete(key, config, target, argument, value, context),
+        ref,
+    )
+
+
+def execute_subscribe_resource(server_id: int, user_id: int, uri: str, subscriber: str, ref: Any = None) -> None:
+    """Subscribe `subscriber` (a browser socket's channel name) to `uri`; news goes to the user's group."""
+
+    async def on_update(updated_uri: str, event: str, message: str) -> None:
+        news = {"type": f"resource.{event}", "server": server_id, "uri": updated_uri}
+        await _publish(user_id, {**news, "message": message} if message else news)
+
+    async def work(pool: ConnectionPool, key: ConnectionKey, config: ServerConfig) -> dict[str, Any]:
+        await pool.subscribe_resource(key, config, uri, on_update, subscriber)
+        return {}
+
+    _on_server(server_id, user_id, {"type": "resource.subscribed", "uri": uri}, work, ref)
+
+
+def execute_unsubscribe_resource(server_id: int, user_id: int, uri: str, subscriber: str, ref: Any = None) -> None:
+    async def work(pool: ConnectionPool, key: ConnectionKey, config: ServerConfig) -> dict[str, Any]:
+        await pool.unsubscribe_resource(key, config, uri, subscriber)
+        return {}
+
+    _on_server(server_id, user_id, {"type": "resource.unsubscribed", "uri": uri}, work, ref)
+
+
 # -- liveness ----------------------------------------------------------------------------
 
 
@@ -363,9 +576,10 @@ def start_heartbeat(name: str = WORKER_NAME) -> threading.Thread:
     """Tell /healthz and the call router this worker is alive, every few seconds, from a thread of
     its own; and keep the sessions it holds routed to it (sessions/affinity.py)."""
     interval = settings.PORTAL_WORKER_HEARTBEAT_SECONDS
+    _stopping.clear()
 
     def beat() -> None:
-        while True:
+        while not _stopping.is_set():
             try:
                 now = time.time()
                 cache.set(HEARTBEAT_KEY, {"worker": name, "at": now}, timeout=affinity.heartbeat_ttl())
@@ -374,7 +588,7 @@ def start_heartbeat(name: str = WORKER_NAME) -> threading.Thread:
                     affinity.record(_pool.keys(), name)
             except Exception:  # noqa: BLE001 - a cache outage must not kill the worker
                 log.warning("worker heartbeat failed", exc_info=True)
-            time.sleep(interval)
+            _stopping.wait(interval)
 
     thread = threading.Thread(target=beat, name="portal-heartbeat", daemon=True)
     thread.start()

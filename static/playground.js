@@ -5,7 +5,7 @@ const catalog = JSON.parse(document.getElementById("catalog").textContent);
 const selected = JSON.parse(document.getElementById("selected").textContent);
 const $ = (id) => document.getElementById(id);
 
-const state = { server: null, tool: null, form: null, call: null, ref: 0, pendingRef: null };
+const state = { server: null, tool: null, form: null, call: null, callClass: "write", ref: 0, pendingRef: null };
 const servers = new Map(catalog.map((server) => [server.id, server]));
 
 const TERMINAL_LABELS = {
@@ -16,6 +16,7 @@ const TERMINAL_LABELS = {
   rejected: "Rejected",
   cancelled: "Cancelled",
 };
+const EFFECT_LABELS = { allow: "runs without asking", ask: "asks you first", deny: "denied" };
 
 // -- server and tool picking ---------------------------------------------------------------
 
@@ -31,6 +32,8 @@ function selectServer(id, { refresh = false } = {}) {
 function renderToolList() {
   const list = $("tool-list");
   const filter = $("tool-filter").value.trim().toLowerCase();
+  // The buttons are rebuilt; keep keyboard focus on the same tool instead of dropping it to <body>.
+  const focused = list.contains(document.activeElement) ? document.activeElement.dataset.tool : undefined;
   list.replaceChildren();
   for (const tool of state.server?.tools || []) {
     const text = `${tool.name} ${tool.title || ""} ${tool.description || ""}`.toLowerCase();
@@ -40,11 +43,13 @@ function renderToolList() {
       type: "button",
       class: current ? "tool current" : "tool",
       "aria-current": current ? "true" : null,
+      "data-tool": tool.name,
       onclick: () => selectTool(tool.name),
     }, h("span", { class: "tool-name", text: tool.title || tool.name }), h("code", { class: "small", text: tool.name }),
       // The list shows the summary (cut at 2,048 characters); the tool pane shows the full description.
       h("span", { class: "tool-summary", text: tool.summary ?? "" }))));
   }
+  if (focused !== undefined) [...list.querySelectorAll("button.tool")].find((b) => b.dataset.tool === focused)?.focus();
 }
 
 function badges(annotations = {}) {
@@ -64,7 +69,12 @@ function selectTool(name, initial) {
   $("tool-view").hidden = false;
   $("tool-title").textContent = tool.title || tool.annotations?.title || tool.name;
   $("tool-full-name").textContent = state.server.prefix + tool.name;
-  $("tool-badges").replaceChildren(...badges(tool.annotations));
+  const described = state.server.described?.[tool.name];
+  $("tool-badges").replaceChildren(...badges(tool.annotations), described ? h("span", { class: "badge", text: described.class }) : "");
+  $("tool-decision").replaceChildren(...(described ? [
+    h("span", { class: `badge effect-${described.decision.effect}`, text: EFFECT_LABELS[described.decision.effect] }), " ",
+    described.decision.reason,
+  ] : []));
   $("tool-description").textContent = tool.description || "";
   $("json-mode").checked = false;
   renderForm(initial);
@@ -137,6 +147,7 @@ $("call-form").addEventListener("submit", (event) => {
   showErrors($("form-fields"), [], $("form-error"));
   state.pendingRef = `c${++state.ref}`;
   state.call = null;
+  state.callClass = state.server.described?.[state.tool.name]?.class || "write";
   $("call-button").disabled = true;
   setStatus("pending", `Calling ${state.tool.name}…`);
   $("result").replaceChildren();
@@ -163,7 +174,8 @@ function onCallEvent(event) {
   if (event.type === "call.accepted") {
     if (event.ref !== state.pendingRef) return;
     state.call = event.call;
-    setStatus("pending", "Waiting for a worker…");
+    if (event.status === "awaiting_approval") setStatus("awaiting_approval", "Waiting for your approval…");
+    else if (event.status === "pending") setStatus("pending", "Waiting for a worker…");
     return;
   }
   if (event.call !== state.call) return;
@@ -200,15 +212,23 @@ function renderOutcome(event) {
   if (event.error) {
     out.append(h("div", { class: "call-error", role: "alert" }, h("strong", { text: event.error_kind ? `${event.error_kind}: ` : "" }), event.error));
   }
-  if (event.details?.errors) showErrors($("form-fields"), event.details.errors, $("form-error"));
+  if (event.details?.errors) showArgumentErrors(event.details.errors);
   if (event.details?.stderr_tail) {
     out.append(h("details", { open: true }, h("summary", { text: "Server stderr (last lines)" }), h("pre", { text: event.details.stderr_tail })));
   }
-  if (event.result) out.append(renderResult(event.result));
   if (event.details?.truncated) {
     const cut = event.details.truncated;
     out.append(h("p", { class: "muted small" }, `The output was cut to fit about ${cut.tokens} tokens. `,
       h("a", { href: `/calls/${event.call}/full-output`, text: `Download the full output (${cut.kept_bytes} of ${cut.full_bytes} bytes kept)` })));
+  }
+  if (!event.result) return;
+  if (state.callClass === "write") {
+    out.append(renderResult(event.result));
+  } else {
+    // Search and read results can be long and are rarely the point: they fold away (the seeds' collapse).
+    out.append(h("details", { class: "result-fold", open: true },
+      h("summary", { text: `${state.callClass === "search" ? "Search" : "Read-only"} result (click to fold)` }),
+      renderResult(event.result)));
   }
 }
 
@@ -217,7 +237,7 @@ function renderOutcome(event) {
 $("cancel-button").addEventListener("click", () => {
   if (!state.call) return;
   $("cancel-button").disabled = true;
-  socket.send({ type: "cancel", call: state.call });
+  socket.send({ type: "cancel_call", call: state.call });
 });
 
 function addLogLine(event) {
@@ -259,7 +279,7 @@ function answerElicitation(action) {
       throw error;
     }
   }
-  socket.send({ type: "elicitation.answer", ref: `e:${elicitation.id}`, elicitation: elicitation.id, action, content });
+  socket.send({ type: "answer_elicitation", ref: `e:${elicitation.id}`, elicitation: elicitation.id, action, content });
 }
 
 $("elicitation").addEventListener("submit", (event) => {
@@ -279,6 +299,13 @@ function onElicitationEvent(event) {
     showErrors($("elicitation-fields"), event.errors || [], $("elicitation-error"));
     if (!event.errors) $("elicitation-error").textContent = event.message;
   }
+}
+
+// Schema errors go beside their fields; in JSON mode those fields are hidden, so every error
+// goes under the JSON box instead, with its path.
+function showArgumentErrors(errors) {
+  const fields = $("json-mode").checked ? h("div") : $("form-fields");
+  showErrors(fields, errors, $("form-error"));
 }
 
 const SAFE_MEDIA = /^(image|audio)\/[a-z0-9.+-]+$/i;
@@ -315,6 +342,104 @@ function renderBlock(block) {
   }
 }
 
+// -- approvals ------------------------------------------------------------------------------
+
+const approvals = new Map(); // id → approval.requested event, oldest first
+const dialog = $("approval-dialog");
+let shown = null;
+let countdown = null;
+
+function addApproval(event) {
+  approvals.set(event.approval, { ...event, deadline: Date.now() + event.expires_in * 1000 });
+  if (event.call === state.call) setStatus("awaiting_approval", "Waiting for your approval…");
+}
+
+function renderPending() {
+  const box = $("pending-approvals");
+  box.replaceChildren();
+  if (!approvals.size) return;
+  const count = approvals.size === 1 ? "1 call waits" : `${approvals.size} calls wait`;
+  box.append(h("p", { class: "call-error" }, `${count} for your approval. `,
+    h("button", { type: "button", class: "link", onclick: () => showApproval(), text: "Review" })));
+}
+
+function showApproval(id) {
+  const approval = approvals.get(id) || approvals.values().next().value;
+  if (!approval) {
+    closeApproval();
+    return;
+  }
+  shown = approval.approval;
+  $("approval-server").textContent = approval.server_name;
+  $("approval-tool").textContent = approval.tool;
+  $("approval-badges").replaceChildren(...badges(approval.annotations));
+  $("approval-reason").textContent = approval.reason;
+  $("approval-description").textContent = approval.description;
+  $("approval-arguments").textContent = JSON.stringify(approval.arguments, null, 2);
+  const hints = Object.entries(approval.annotations || {}).map(([name, value]) => `${name}: ${JSON.stringify(value)}`);
+  $("approval-annotations").textContent = hints.length ? hints.join(", ") : "none given (not assumed read-only)";
+  $("approval-diff-box").hidden = !approval.diff;
+  $("approval-diff").textContent = approval.diff || "";
+  $("approval-always").hidden = !approval.can_remember;
+  $("approval-error").textContent = "";
+  $("approval-queue").textContent = approvals.size > 1 ? `${approvals.size - 1} more after this one.` : "";
+  for (const button of dialog.querySelectorAll(".actions button")) button.disabled = false;
+  const tick = () => {
+    const left = Math.max(0, Math.round((approval.deadline - Date.now()) / 1000));
+    $("approval-expires").textContent = left ? `${left} s, then the call ends as timed out` : "timed out";
+  };
+  tick();
+  clearInterval(countdown);
+  countdown = setInterval(tick, 1000);
+  if (!dialog.open) dialog.showModal();
+  $("approval-allow-once").focus();
+}
+
+function closeApproval() {
+  shown = null;
+  clearInterval(countdown);
+  if (dialog.open) dialog.close();
+}
+
+function answer(kind) {
+  if (!shown) return;
+  const approval = approvals.get(shown);
+  if (approval && (!state.call || state.call === approval.call)) {
+    // After a reload the page knows the call only through its approval: show its outcome here.
+    state.call = approval.call;
+    state.callClass = servers.get(approval.server)?.described?.[approval.tool]?.class || "write";
+    if (kind !== "deny") setStatus("pending", "Approved; waiting for a worker…");
+  }
+  for (const button of dialog.querySelectorAll(".actions button")) button.disabled = button.id !== "approval-later";
+  socket.send({ type: "answer_approval", ref: `approval:${shown}`, approval: shown, answer: kind });
+}
+
+$("approval-allow-once").addEventListener("click", () => answer("allow_once"));
+$("approval-always").addEventListener("click", () => answer("always_allow"));
+$("approval-deny").addEventListener("click", () => answer("deny"));
+$("approval-later").addEventListener("click", closeApproval);
+dialog.addEventListener("close", () => {
+  shown = null;
+  clearInterval(countdown);
+});
+
+function onApprovalEvent(event) {
+  if (event.type === "approvals") {
+    approvals.clear();
+    for (const approval of event.approvals) addApproval(approval);
+    renderPending();
+    if (approvals.size && !dialog.open) showApproval();
+  } else if (event.type === "approval.requested") {
+    addApproval(event);
+    renderPending();
+    if (!dialog.open) showApproval(event.approval);
+  } else if (event.type === "approval.ended") {
+    approvals.delete(event.approval);
+    renderPending();
+    if (shown === event.approval) approvals.size ? showApproval() : closeApproval();
+  }
+}
+
 // -- the socket ----------------------------------------------------------------------------
 
 const socket = connect({
@@ -324,6 +449,8 @@ const socket = connect({
       disconnected: "Connection lost; reconnecting…",
       "logged-out": "You are logged out. Reload the page to log in.",
     }[status];
+    // Approvals outlive the page: ask for the waiting ones on every (re)connect.
+    if (status === "connected") socket.send({ type: "list_approvals" });
   },
   onEvent(event) {
     if (event.type === "tools") {
@@ -334,6 +461,7 @@ const socket = connect({
         return;
       }
       server.tools = event.tools;
+      if (event.described) server.described = event.described;
       if (server === state.server) {
         $("tools-status").textContent = `${event.tools.length} tools`;
         renderToolList();
@@ -341,10 +469,12 @@ const socket = connect({
           const fresh = event.tools.find((t) => t.name === state.tool.name);
           if (fresh && JSON.stringify(fresh) !== JSON.stringify(state.tool)) selectTool(fresh.name);
         } else if (pendingTool) {
-          selectTool(pendingTool);
-          pendingTool = null;
+          selectTool(pendingTool, pendingArguments);
+          pendingTool = pendingArguments = null;
         }
       }
+    } else if (event.type === "approvals" || event.type?.startsWith("approval.")) {
+      onApprovalEvent(event);
     } else if (event.type === "tools.changed") {
       // The server changed its tool list: the worker dropped its cache; list again if we show it.
       const server = servers.get(event.server);
@@ -355,7 +485,11 @@ const socket = connect({
     } else if (event.type?.startsWith("elicitation.") || (event.type === "error" && String(event.ref || "").startsWith("e:"))) {
       onElicitationEvent(event);
     } else if (event.type === "error") {
-      if (event.ref && event.ref === state.pendingRef) {
+      if (typeof event.ref === "string" && event.ref.startsWith("approval:")) {
+        $("approval-error").textContent = event.message;
+        for (const button of dialog.querySelectorAll(".actions button")) button.disabled = false;
+        socket.send({ type: "list_approvals" }); // it may have ended meanwhile: resynchronize
+      } else if (event.ref && event.ref === state.pendingRef) {
         $("call-button").disabled = false;
         setStatus("rejected", event.message);
       } else {
@@ -377,11 +511,13 @@ $("refresh-tools").addEventListener("click", () => state.server && selectServer(
 $("tool-filter").addEventListener("input", renderToolList);
 
 let pendingTool = selected.tool || null;
+// Arguments of a call re-run from the history, prefilled in the tool's form.
+let pendingArguments = selected.arguments || undefined;
 if (catalog.length) {
   const first = servers.get(Number(selected.server)) || catalog[0];
   selectServer(first.id);
   if (pendingTool && (first.tools || []).some((t) => t.name === pendingTool)) {
-    selectTool(pendingTool);
-    pendingTool = null;
+    selectTool(pendingTool, pendingArguments);
+    pendingTool = pendingArguments = null;
   }
 }

@@ -11,13 +11,13 @@ function render(test) {
   if (test.ok) {
     output.append(
       h("p", {}, h("span", { class: "badge ok", text: "connected" }), " ",
-        `${test.server_name} ${test.server_version} · protocol ${test.protocol_version} · ${test.tool_count} tools · ` +
+        `${test.server_name} ${test.server_version} · protocol ${test.protocol_version}${test.era ? ` (${test.era} era)` : ""} · ${test.tool_count} tools · ` +
         `handshake ${test.handshake_ms} ms · round trip ${test.round_trip_ms} ms`),
     );
     if (test.instructions) output.append(h("p", { class: "muted", text: `Instructions: ${test.instructions}` }));
     output.append(h("details", {}, h("summary", { text: "Capabilities" }), h("pre", { text: JSON.stringify(test.capabilities, null, 2) })));
   } else {
-    output.append(h("p", {}, h("span", { class: "badge error", text: test.kind }), " ", test.message));
+    output.append(h("p", {}, h("span", { class: "badge error", text: String(test.kind).replaceAll("_", " ") }), " ", test.message));
     if (test.stderr_tail) {
       output.append(h("details", { open: true }, h("summary", { text: "Server stderr (last lines)" }), h("pre", { text: test.stderr_tail })));
     }

@@ -57,6 +57,23 @@ def stop(process: subprocess.Popen) -> None:
         process.wait(5)
 
 
+@pytest.fixture(autouse=True)
+def _a_channel_layer_per_test() -> Iterator[None]:
+    """Distributed mode: a fresh channels_redis layer for each test.
+
+    Each WebSocket scenario runs in a new event loop (asyncio.run), but channels_redis keeps
+    per-channel asyncio locks on the layer instance; a waiter cancelled at a disconnect can
+    leave one bound to a closed loop, and the next test's consumer then dies with "bound to a
+    different event loop". One loop per process, as in Daphne, never meets this. The embedded
+    layer is shared with the in-process worker, so it is left alone.
+    """
+    if not settings.EMBEDDED:
+        from channels.layers import channel_layers
+
+        channel_layers.backends.clear()
+    yield
+
+
 # -- real MCP servers -----------------------------------------------------------------------
 
 DEMO_COMMAND = sys.executable
@@ -149,9 +166,6 @@ def _wait_for_heartbeat(timeout: float, process: subprocess.Popen | None = None)
     raise TimeoutError("the Celery worker did not report in")
 
 
-ELICITATION_TIMEOUT = 4
-
-
 @pytest.fixture(scope="session")
 def worker(django_db_setup, django_db_blocker) -> Iterator[dict]:
     from django.core.cache import cache
@@ -195,8 +209,7 @@ def worker(django_db_setup, django_db_blocker) -> Iterator[dict]:
                 f"test-{os.getpid()}@%h",
             ],
             cwd=ROOT,
-            # Short enough for tests/test_tool_call_conversation.py to see an unanswered form time out.
-            env={**os.environ, "DATABASE_URL": url, "PORTAL_ELICITATION_TIMEOUT": str(ELICITATION_TIMEOUT)},
+            env={**os.environ, "DATABASE_URL": url},
             stdout=log,
             stderr=subprocess.STDOUT,
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from django.test import Client
@@ -17,6 +18,15 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 
 def run(coro):
     return asyncio.run(coro)
+
+
+def eventually(check, timeout: float = 30):
+    """The worker records statuses beside the calls, not before they end: wait for the row."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("the worker did not record it")
+        time.sleep(0.05)
 
 
 async def seen_or_next(ws: Playground, type_: str, **match):
@@ -55,6 +65,7 @@ def test_the_era_a_server_answered_is_remembered_on_the_server(alice, demo_serve
             return await ws.call(demo_server.pk, "echo", {"message": "hi"})
 
     assert run(scenario())["status"] == "succeeded"
+    eventually(lambda: Server.objects.get(pk=demo_server.pk).negotiated)
     demo_server.refresh_from_db()
     assert demo_server.negotiated["era"] == "modern"
     assert demo_server.negotiated["fingerprint"] == demo_server.to_config().fingerprint()
@@ -81,7 +92,7 @@ def test_a_server_that_wants_a_token_shows_needs_auth(alice):
     finally:
         server_process.stop()
     assert (ended["status"], ended["error_kind"]) == ("failed", "needs_auth")
-    assert ConnectionStatus.objects.get(server=server).status == "needs-auth"
+    eventually(lambda: ConnectionStatus.objects.filter(server=server, status="needs-auth").exists())
 
 
 def test_each_user_has_a_session_of_their_own_unless_the_server_is_shared(alice, bob, demo_server):
@@ -91,7 +102,8 @@ def test_each_user_has_a_session_of_their_own_unless_the_server_is_shared(alice,
         pids = []
         for cookie in (alice_cookie, bob_cookie):
             async with Playground(cookie) as ws:
-                ended = await ws.call(demo_server.pk, "spawn", {})
+                # spawn is not read-only, so the default policy asks first.
+                ended = await ws.call(demo_server.pk, "spawn", {}, approve="allow_once")
                 assert ended["status"] == "succeeded", ended
                 pids.append(ended["result"]["structuredContent"]["server_pid"])
         return pids
@@ -103,7 +115,11 @@ def test_each_user_has_a_session_of_their_own_unless_the_server_is_shared(alice,
     shared = run(server_pids())
     assert shared[0] == shared[1] and shared[0] not in own
     team = alice.memberships.get().team
-    assert ConnectionStatus.objects.filter(server=demo_server, owner=f"team:{team.pk}", status="connected").exists()
+    eventually(
+        lambda: ConnectionStatus.objects.filter(
+            server=demo_server, owner=f"team:{team.pk}", status="connected"
+        ).exists()
+    )
 
 
 def test_a_changed_tool_list_reaches_the_open_playground(alice, demo_server):
@@ -111,7 +127,7 @@ def test_a_changed_tool_list_reaches_the_open_playground(alice, demo_server):
 
     async def scenario():
         async with Playground(cookie) as ws:
-            await ws.call(demo_server.pk, "toggle_tool")
+            await ws.call(demo_server.pk, "toggle_tool", approve="allow_once")  # not read-only: asks first
             changed = await seen_or_next(ws, "tools.changed", server=demo_server.pk)
             await ws.send({"type": "list_tools", "server": demo_server.pk, "refresh": True})
             tools = await ws.until("tools", server=demo_server.pk)

@@ -173,6 +173,26 @@ def test_diagnosis_handshake_timeout(pool):
     assert failure.kind == "timeout" and "no handshake within 1 s" in failure.message
 
 
+def test_callers_waiting_on_an_opening_that_times_out_all_get_the_diagnosis(pool):
+    import asyncio
+
+    silent = ServerConfig(
+        name="x",
+        transport="stdio",
+        command=sys.executable,
+        args=("-c", "import time; time.sleep(60)"),
+        connect_timeout=1,
+    )
+    key = ConnectionKey.for_owner(1, silent, "user:1")
+
+    async def together():
+        return await asyncio.gather(*(pool.call_tool(key, silent, "echo", {"message": "x"}) for _ in range(3)))
+
+    outcomes = pool.run(together(), timeout=60)
+    assert [(o.status, o.failure.kind) for o in outcomes] == [("timed_out", "timeout")] * 3
+    assert all("no handshake within 1 s" in o.failure.message for o in outcomes)
+
+
 def test_a_request_timeout_keeps_the_connection_usable(pool):
     config = stdio_demo(request_timeout=0.5)
     key = ConnectionKey.for_owner(1, config, "user:1")

@@ -128,7 +128,9 @@ def test_a_server_that_crashes_mid_call_fails_the_call_and_the_next_call_reconne
 
     async def scenario():
         async with Playground(cookie) as ws:
-            return await ws.call(demo_server.pk, "crash"), await ws.call(demo_server.pk, "echo", {"message": "back"})
+            # crash is destructive: the default policy asks first.
+            crashed = await ws.call(demo_server.pk, "crash", approve="allow_once")
+            return crashed, await ws.call(demo_server.pk, "echo", {"message": "back"})
 
     crashed, after = run(scenario())
     assert crashed["status"] == "failed" and crashed["error_kind"] == "process_exited"
@@ -199,6 +201,10 @@ def test_malformed_messages_get_clear_errors_and_the_socket_stays_open(alice, de
         {"type": "call", "server": demo_server.pk, "tool": ""},
         {"type": "call", "server": demo_server.pk, "tool": "echo", "arguments": [1]},
         {"type": "list_tools", "server": None},
+        # What json.loads lets through but no database column holds (found by tests/security/test_fuzz.py).
+        f'{{"type": "call", "server": {demo_server.pk}, "tool": "echo", "arguments": {{"message": -Infinity}}}}',
+        f'{{"type": "call", "server": {demo_server.pk}, "tool": "echo", "arguments": {{"message": "a\\u0000b"}}}}',
+        f'{{"type": "call", "server": {demo_server.pk}, "tool": "echo", "arguments": {{"message": "\\ud800"}}}}',
     ]
 
     async def scenario():
@@ -214,6 +220,11 @@ def test_malformed_messages_get_clear_errors_and_the_socket_stays_open(alice, de
     assert len(errors) == len(bad)
     assert errors[0]["message"] == "The message is not valid JSON."
     assert "Unknown message type" in errors[3]["message"]
+    assert [e["message"] for e in errors[-3:]] == [
+        "The message is not valid JSON.",
+        "Text may not contain NUL characters (U+0000).",
+        "Text must be valid Unicode (no lone surrogates).",
+    ]
     assert ended["status"] == "succeeded"
     assert ToolCall.objects.count() == 1
 

@@ -89,3 +89,33 @@ def test_calls_stay_with_the_worker_holding_the_session_and_fail_over_when_it_di
     after = asyncio.run(calls(3))
     assert [e["status"] for e in after] == ["succeeded"] * 3
     assert {ToolCall.objects.get(pk=e["call"]).worker for e in after} == {survivor}
+
+
+def test_a_worker_that_stops_leaves_no_stdio_process_behind(alice, demo_server, settings, tmp_path):
+    from sessions.mcp.processes import group_members
+
+    queue = f"{settings.CELERY_TASK_DEFAULT_QUEUE}-stopping"
+    settings.CELERY_TASK_DEFAULT_QUEUE = queue
+    process = start_worker(queue, "stopping", tmp_path / "stopping.log")
+    name = f"{socket.gethostname()}:{process.pid}"
+    try:
+        wait_until(lambda: affinity.is_alive(name), 60, "the worker did not report in")
+        cookie = session_cookie(alice)
+
+        async def spawn() -> dict:
+            async with Playground(cookie) as ws:
+                # spawn is not read-only, so the default policy asks first.
+                return await ws.call(demo_server.pk, "spawn", {"stubborn": True}, timeout=60, approve="allow_once")
+
+        ended = asyncio.run(spawn())
+        assert ended["status"] == "succeeded", ended
+        group = ended["result"]["structuredContent"]["server_pid"]
+        assert len(group_members(group)) == 2  # the server and its stubborn child
+
+        process.terminate()  # Celery's warm shutdown: worker_shutdown closes the pool
+        process.wait(30)
+        assert group_members(group) == []
+        assert not affinity.is_alive(name)  # gone at once, not after the heartbeat's TTL
+    finally:
+        if process.poll() is None:
+            stop(process)

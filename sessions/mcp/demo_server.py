@@ -18,19 +18,39 @@ import struct
 import subprocess
 import sys
 import zlib
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
+from mcp.server.context import ServerRequestContext
 from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.prompts.base import AssistantMessage, Message, UserMessage
 from mcp.server.mcpserver.resolve import Elicit, Resolve
-from mcp.types import ImageContent, TextContent, ToolAnnotations
+from mcp.types import (
+    Completion,
+    CompletionArgument,
+    CompletionContext,
+    EmptyResult,
+    ImageContent,
+    ListResourcesResult,
+    PaginatedRequestParams,
+    PromptReference,
+    ResourceTemplateReference,
+    SubscribeRequestParams,
+    TextContent,
+    ToolAnnotations,
+    UnsubscribeRequestParams,
+)
 from pydantic import BaseModel, Field
 
 server = MCPServer(
     name="portal-demo",
     version="1.0.0",
-    instructions="A demo server for the MCP Portal playground: echo, add, progress, an image, a form, a sleep.",
+    instructions=(
+        "A demo server for the MCP Portal playground: echo, add, progress, an image, a form, a sleep, a note, "
+        "big output; resources (text, JSON, an image, bytes, a greeting template, a counter to subscribe to) "
+        "and prompts."
+    ),
 )
 
 
@@ -117,6 +137,50 @@ def ask(topic: str, answer: Annotated[ElicitationResult[Contact], Resolve(ask_co
     return f"no contact given ({answer.action})"
 
 
+def _titled(*options: tuple[str, str]) -> Any:
+    # MCP's titled single-select: oneOf of {const, title}, instead of pydantic's bare enum.
+    def extra(schema: dict[str, Any]) -> None:
+        schema.pop("enum", None)
+        schema["oneOf"] = [{"const": value, "title": title} for value, title in options]
+
+    return extra
+
+
+class Survey(BaseModel):
+    """Every kind of field an elicitation form may hold (MCP's PrimitiveSchemaDefinition)."""
+
+    name: str = Field(title="Name", min_length=2, max_length=40)
+    email: str = Field(title="Email", json_schema_extra={"format": "email"})
+    website: str = Field(default="https://example.org", title="Website", json_schema_extra={"format": "uri"})
+    birthday: str = Field(title="Birthday", json_schema_extra={"format": "date"})
+    meeting: str | None = Field(default=None, title="Meeting time", json_schema_extra={"format": "date-time"})
+    age: int = Field(title="Age", ge=18, le=120)
+    rating: float = Field(default=4.5, title="Rating", ge=0, le=5)
+    subscribe: bool = Field(default=True, title="Subscribe")
+    size: Literal["s", "m", "l"] = Field(
+        default="m", title="Size", json_schema_extra=_titled(("s", "Small"), ("m", "Medium"), ("l", "Large"))
+    )
+    colour: Literal["red", "green", "blue"] = Field(title="Colour")
+    toppings: list[Literal["cheese", "ham", "olives"]] = Field(
+        default=["cheese"], title="Toppings", min_length=1, max_length=2
+    )
+
+
+def ask_survey() -> Elicit[Survey]:
+    return Elicit("A few questions, one of each kind", Survey)
+
+
+@server.tool(
+    title="Survey",
+    description="Ask for one field of every kind an elicitation form can hold, and answer with what came back.",
+    annotations=ToolAnnotations(readOnlyHint=True),
+)
+def survey(answer: Annotated[ElicitationResult[Survey], Resolve(ask_survey)]) -> str:
+    if isinstance(answer, AcceptedElicitation):
+        return json.dumps(answer.data.model_dump(), sort_keys=True)
+    return f"no answers ({answer.action})"
+
+
 @server.tool(
     title="Sleep",
     description="Sleep for the given number of seconds (try Cancel, or a short timeout).",
@@ -138,6 +202,19 @@ async def sleep(ctx: Context, seconds: Annotated[float, Field(ge=0, le=3600)] = 
     return f"slept {seconds} s"
 
 
+MAX_BIG_BYTES = 50 * 1024 * 1024
+
+
+@server.tool(
+    title="Big output",
+    description="Return `size_bytes` bytes of text (at most 50 MB), to see how large results are handled.",
+    annotations=ToolAnnotations(readOnlyHint=True),
+)
+def big(size_bytes: Annotated[int, Field(ge=0, le=MAX_BIG_BYTES)] = 1024 * 1024) -> str:
+    line = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-=~!@#$%^&*()_+[]{};:,.<>/?|\n"
+    return (line * (size_bytes // len(line) + 1))[:size_bytes]
+
+
 @server.tool(
     title="Chatter",
     description="Log one message at each of debug, info, warning and error, then answer.",
@@ -152,22 +229,28 @@ async def chatter(ctx: Context, text: str = "hello") -> str:
 
 
 @server.tool(
-    title="Big output",
-    description="Answer with size_bytes of text, to see how the portal truncates large outputs.",
-    annotations=ToolAnnotations(readOnlyHint=True),
-)
-def big(size_bytes: Annotated[int, Field(ge=0, le=50_000_000)] = 1_000_000) -> str:
-    line = "the quick brown fox jumps over the lazy dog 0123456789\n"
-    return (line * (size_bytes // len(line) + 1))[:size_bytes]
-
-
-@server.tool(
     title="Fail",
     description="Raise an error inside the tool, to show how tool errors look.",
     annotations=ToolAnnotations(readOnlyHint=True),
 )
 def fail(reason: str = "it failed on purpose") -> str:
     raise ToolError(reason)
+
+
+# The description can be set from outside, so a test (or a curious admin) can change the
+# tool's definition between two calls and watch earlier approvals stop applying.
+NOTE_DESCRIPTION = os.environ.get("DEMO_NOTE_DESCRIPTION") or "Save a short note; notes live until the server stops."
+_notes: list[str] = []
+
+
+@server.tool(
+    title="Write a note",
+    description=NOTE_DESCRIPTION,
+    annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=False),
+)
+def write_note(text: str) -> str:
+    _notes.append(text)
+    return f"saved note {len(_notes)}: {text}"
 
 
 @server.tool(
@@ -179,6 +262,142 @@ def crash() -> str:
     sys.stderr.write("demo server: crashing on request\n")
     sys.stderr.flush()
     os._exit(3)
+
+
+# -- resources ------------------------------------------------------------------------------
+
+COUNTER_URI = "demo://counter"
+touches = 0
+# Handshake-era subscribers (resources/subscribe): uri -> the sessions that asked. In the
+# 2026-07-28 era there is no subscribe request; subscriptions/listen streams get events instead.
+subscribers: dict[str, set[Any]] = {}
+
+
+@server.resource("demo://readme", name="readme", title="Read me", mime_type="text/plain")
+def readme() -> str:
+    return "This is the portal's demo server.\nIts resources show text, JSON, an image and plain bytes.\n"
+
+
+@server.resource("demo://config.json", name="config", title="Settings (JSON)", mime_type="application/json")
+def settings_json() -> str:
+    return json.dumps({"theme": "dark", "retries": 3, "features": ["resources", "prompts"]})
+
+
+@server.resource("demo://square.png", name="square", title="A green square", mime_type="image/png")
+def square() -> bytes:
+    return _png(16, 16, COLOURS["green"])
+
+
+@server.resource("demo://bytes.bin", name="bytes", title="Some bytes", mime_type="application/octet-stream")
+def some_bytes() -> bytes:
+    return bytes(range(256))
+
+
+@server.resource(
+    COUNTER_URI,
+    name="counter",
+    title="Touch counter",
+    description="How often touch_resource ran. Subscribe to it, then call touch_resource.",
+    mime_type="text/plain",
+)
+def counter() -> str:
+    return f"touched {touches} times"
+
+
+@server.resource(
+    "demo://greeting/{name}",
+    name="greeting",
+    title="A greeting",
+    description="A greeting for anyone; the name has completions.",
+    mime_type="text/plain",
+)
+def greeting(name: str) -> str:
+    return f"Hello, {name}!"
+
+
+PAGE_SIZE = 3
+
+
+async def list_resources_in_pages(
+    ctx: ServerRequestContext, params: PaginatedRequestParams | None
+) -> ListResourcesResult:
+    # MCPServer lists everything at once; pages of three exercise the client's cursor handling.
+    everything = await server.list_resources()
+    cursor = params.cursor if params is not None else None
+    start = int(cursor) if cursor and cursor.isdigit() else 0
+    end = start + PAGE_SIZE
+    return ListResourcesResult(resources=everything[start:end], next_cursor=str(end) if end < len(everything) else None)
+
+
+def _client_connection(ctx: ServerRequestContext):
+    # ctx.session is a fresh proxy per request; the connection behind it is what stays the same.
+    return ctx.session._connection
+
+
+async def subscribe(ctx: ServerRequestContext, params: SubscribeRequestParams) -> EmptyResult:
+    subscribers.setdefault(str(params.uri), set()).add(_client_connection(ctx))
+    return EmptyResult()
+
+
+async def unsubscribe(ctx: ServerRequestContext, params: UnsubscribeRequestParams) -> EmptyResult:
+    subscribers.get(str(params.uri), set()).discard(_client_connection(ctx))
+    return EmptyResult()
+
+
+# MCPServer has no resources/subscribe handler of its own (docs/mcp-sdk-notes: server-side pitfalls).
+server._lowlevel_server.add_request_handler("resources/list", PaginatedRequestParams, list_resources_in_pages)
+server._lowlevel_server.add_request_handler("resources/subscribe", SubscribeRequestParams, subscribe)
+server._lowlevel_server.add_request_handler("resources/unsubscribe", UnsubscribeRequestParams, unsubscribe)
+
+
+@server.tool(
+    title="Touch a resource",
+    description=f"Count one more touch on {COUNTER_URI} and tell its subscribers it changed.",
+    annotations=ToolAnnotations(idempotentHint=False),
+)
+async def touch_resource(ctx: Context) -> str:
+    global touches
+    touches += 1
+    await ctx.notify_resource_updated(COUNTER_URI)  # subscriptions/listen streams (2026-07-28)
+    for connection in list(subscribers.get(COUNTER_URI, ())):  # resources/subscribe (handshake era)
+        try:
+            await connection.send_resource_updated(COUNTER_URI)
+        except Exception:  # noqa: BLE001 - a subscriber that went away must not fail the tool
+            subscribers[COUNTER_URI].discard(connection)
+    return f"touched {touches} times"
+
+
+# -- prompts and completions ------------------------------------------------------------------
+
+NAMES = ["Ada", "Alan", "Alonzo", "Barbara", "Edsger", "Grace"]
+LANGUAGES = ["python", "javascript", "rust", "go", "haskell"]
+
+
+@server.prompt(title="Review code", description="Ask for a review of a piece of code.")
+def review(code: str, language: str = "python", focus: str = "readability") -> list[Message]:
+    return [
+        UserMessage(f"Please review this {language} code, focusing on {focus}:\n\n{code}"),
+        AssistantMessage(f"Happy to. I will look at the {language} code with {focus} in mind."),
+    ]
+
+
+@server.prompt(title="Say hello", description="A prompt without arguments.")
+def hello() -> str:
+    return "Say hello to the MCP Portal."
+
+
+@server.completion()
+async def complete(
+    ref: PromptReference | ResourceTemplateReference, argument: CompletionArgument, context: CompletionContext | None
+) -> Completion | None:
+    typed = argument.value.lower()
+    if isinstance(ref, ResourceTemplateReference) and ref.uri == "demo://greeting/{name}" and argument.name == "name":
+        values = [name for name in NAMES if name.lower().startswith(typed)]
+    elif isinstance(ref, PromptReference) and ref.name == "review" and argument.name == "language":
+        values = [language for language in LANGUAGES if language.startswith(typed)]
+    else:
+        return None
+    return Completion(values=values, total=len(values), has_more=False)
 
 
 @server.tool(

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import anyio
 from mcp import Client, types
+from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_REQUEST
 
 from .config import MODERN_VERSION, ConnectionKey, Negotiated, ServerConfig
@@ -39,7 +40,16 @@ from .errors import (
 )
 from .naming import annotate_tools
 from .processes import become_subreaper
-from .results import call_result_to_dict, dump, tool_to_dict
+from .resource_subscriptions import ResourceSubscriptions, UpdateSink
+from .results import (
+    call_result_to_dict,
+    completion_to_dict,
+    dump,
+    listed,
+    prompt_to_dict,
+    resource_contents_to_dict,
+    tool_to_dict,
+)
 from .transports import HttpTrace, open_transport, read_tail
 from .variables import MissingVariable, expand_config
 
@@ -87,6 +97,10 @@ class CallHooks:
 # session's receive loop, and the connection falls back to its calls in flight.
 serving: contextvars.ContextVar[CallHooks | None] = contextvars.ContextVar("serving", default=None)
 
+# JSON-RPC errors that are the server's answer to one request (unknown resource or prompt,
+# bad arguments, a failing handler): the connection is fine, and the server's message says why.
+SERVER_REFUSALS = frozenset({types.METHOD_NOT_FOUND, types.INVALID_PARAMS, types.INTERNAL_ERROR, -32002})
+
 # Connection statuses as the portal shows them ("disabled" is the registry's, not the pool's).
 CONNECTED, PENDING, NEEDS_AUTH, FAILED, CLOSED = "connected", "pending", "needs-auth", "failed", "closed"
 
@@ -112,6 +126,9 @@ class PoolEvents:
 
     async def negotiated(self, key: ConnectionKey, config: ServerConfig, negotiated: Negotiated) -> None:
         """A connection negotiated an era other than the one the config remembers."""
+
+    async def aclose(self) -> None:
+        """The pool is shutting down, its connections closed: finish what is pending."""
 
 
 @dataclass
@@ -147,6 +164,7 @@ class Connection:
     closed: bool = False
     terminal_errors: int = 0
     ended_by: BaseException | None = None
+    open_failure: Failure | None = None
     _ready: asyncio.Future[None] | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
@@ -155,6 +173,7 @@ class Connection:
     http: HttpTrace = field(default_factory=HttpTrace)
     calls: list[CallHooks] = field(default_factory=list)  # in flight, oldest first
     on_server_log: LogSink | None = None  # logs that arrive outside any call
+    subscriptions: ResourceSubscriptions | None = None
 
     async def open(self) -> None:
         """Start the connection's task and wait, bounded by the connect timeout, for the handshake."""
@@ -172,6 +191,7 @@ class Connection:
                     f"no handshake within {self.config.connect_timeout:g} s",
                     self.stderr_tail(),
                 )
+            self.open_failure = failure  # for the callers who waited on this same opening
             # A connection that never came up has nothing to shut down gracefully.
             await self.close(graceful=False)
             raise ConnectionFailed(failure) from exc
@@ -252,7 +272,9 @@ class Connection:
                     tg.cancel_scope.cancel()
         except BaseException as exc:  # noqa: BLE001 - every way out must release the waiters
             if not self._ready.done():
-                self._ready.set_exception(exc)
+                # Never hand a CancelledError to the waiters: to them it would look like their own.
+                closed = ConnectionError("the connection was closed before its handshake finished")
+                self._ready.set_exception(closed if isinstance(exc, asyncio.CancelledError) else exc)
             elif not isinstance(exc, asyncio.CancelledError):
                 self.ended_by = exc
                 log.info("connection to %s ended: %r", self.config.name, exc)
@@ -285,6 +307,8 @@ class Connection:
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             await self._tools_changed()
+        elif isinstance(message, types.ResourceUpdatedNotification) and self.subscriptions is not None:
+            await self.subscriptions.on_notification(str(message.params.uri))
         elif isinstance(message, Exception):
             self.record(message)
 
@@ -317,6 +341,11 @@ class Connection:
         if self._errlog is None or self._errlog.closed or self.config.transport != "stdio":
             return self._last_stderr
         return read_tail(self._errlog)
+
+    @property
+    def subscribed(self) -> bool:
+        """A connection that carries resource subscriptions is in use even when no call is."""
+        return bool(self.subscriptions and self.subscriptions.subscribers)
 
     def describe(self) -> dict[str, Any]:
         client = self.client
@@ -458,7 +487,7 @@ class ConnectionPool:
         if self._maintenance is not None:
             self._maintenance.cancel()
         try:
-            self.run(self.close_all(), timeout)
+            self.run(self._close_everything(), timeout)
         except concurrent.futures.TimeoutError:
             log.warning("pool shutdown timed out; some connections may not have closed cleanly")
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -483,7 +512,11 @@ class ConnectionPool:
             conn.config = config
             self._connections.move_to_end(key)
             if conn._ready is not None and not conn._ready.done():
-                await asyncio.shield(conn._ready)
+                try:
+                    await asyncio.shield(conn._ready)
+                except Exception as exc:  # the opening we waited for failed: same diagnosis
+                    await asyncio.sleep(0)  # let the opener record it
+                    raise ConnectionFailed(conn.open_failure or conn.diagnose(exc)) from exc
             return conn
         conn = Connection(key=key, config=config, on_closed=self._forget, on_tools_changed=self._tools_changed)
         self._connections[key] = conn
@@ -492,6 +525,7 @@ class ConnectionPool:
             config.is_local,
             asyncio.Semaphore(self.settings.local_batch if config.is_local else self.settings.remote_batch),
         )
+        started = time.monotonic()
         await self.events.status(key, config, PENDING, None)
         try:
             async with batch:
@@ -503,6 +537,14 @@ class ConnectionPool:
         except BaseException:
             self._forget(conn)
             raise
+        # Operators (and bench/) count these lines: a warm call must never log one.
+        log.info(
+            "MCP connection opened: %s (%s) for %s in %.0f ms",
+            config.name,
+            config.transport,
+            key.owner,
+            (time.monotonic() - started) * 1000,
+        )
         await self.events.status(key, config, CONNECTED, None)
         if conn.negotiated is not None and conn.negotiated != config.negotiated:
             await self.events.negotiated(key, config, conn.negotiated)
@@ -538,6 +580,10 @@ class ConnectionPool:
             await conn.close()
             await self.events.status(key, conn.config, status, failure)
 
+    async def _close_everything(self) -> None:
+        await self.close_all()
+        await self.events.aclose()
+
     async def close_all(self) -> None:
         keys = list(self._connections)
         await asyncio.gather(*(self.drop(key) for key in keys), return_exceptions=True)
@@ -572,7 +618,7 @@ class ConnectionPool:
         idle = [
             key
             for key, conn in self._connections.items()
-            if conn.in_flight == 0 and conn.client is not None and conn.last_used < cutoff
+            if conn.in_flight == 0 and conn.client is not None and conn.last_used < cutoff and not conn.subscribed
         ]
         for key in idle:
             await self.drop(key)
@@ -704,6 +750,153 @@ class ConnectionPool:
             return info
         finally:
             await conn.close()
+
+    # -- resources, prompts, completions (each one request on the pooled connection) ------
+
+    async def _request(
+        self, key: ConnectionKey, config: ServerConfig, work: Callable[[Connection, Client], Awaitable[T]]
+    ) -> T:
+        """Run `work` on the live connection for `key`, bounded by the request timeout.
+
+        Raises ConnectionFailed with the diagnosis when connecting or the request fails;
+        a lost connection is dropped so the next request reconnects.
+        """
+        conn = await self.connection(key, config)
+        assert conn.client is not None
+        conn.in_flight += 1
+        try:
+            return await asyncio.wait_for(work(conn, conn.client), config.request_timeout)
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            if isinstance(exc, MCPError) and exc.error.code in SERVER_REFUSALS:
+                # Checked before diagnose(): on 2026 HTTP these come with HTTP 400, which is not a transport fault.
+                raise ConnectionFailed(Failure("protocol", f"MCP error {exc.error.code}: {exc.error.message}")) from exc
+            if is_connection_lost(exc):
+                await self.drop(key)
+            failure = conn.diagnose(exc)
+            if failure.kind == "timeout":
+                failure.message = f"no answer from the server within {config.request_timeout:g} s"
+            raise ConnectionFailed(failure) from exc
+        finally:
+            conn.in_flight -= 1
+            conn.last_used = time.monotonic()
+
+    @staticmethod
+    def _capabilities(client: Client) -> types.ServerCapabilities:
+        return client.server_capabilities or types.ServerCapabilities()
+
+    @staticmethod
+    async def _all_pages(fetch: Callable[[str | None], Awaitable[Any]], items: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        cursor: str | None = None
+        for _ in range(MAX_LIST_PAGES):
+            page = await fetch(cursor)
+            out.extend(listed(getattr(page, items)))
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return out
+
+    async def list_resources(self, key: ConnectionKey, config: ServerConfig) -> dict[str, Any]:
+        """Every resource and resource template (all pages), and what the server offers around them."""
+
+        async def work(conn: Connection, client: Client) -> dict[str, Any]:
+            caps = self._capabilities(client)
+            if caps.resources is None:
+                return {"offered": False, "resources": [], "templates": [], "subscribe": False, "completions": False}
+            resources = await self._all_pages(
+                lambda cursor: client.list_resources(cursor=cursor, cache_mode="bypass"), "resources"
+            )
+            templates = await self._all_pages(
+                lambda cursor: client.list_resource_templates(cursor=cursor, cache_mode="bypass"), "resource_templates"
+            )
+            return {
+                "offered": True,
+                "resources": resources,
+                "templates": templates,
+                "subscribe": bool(caps.resources.subscribe),
+                "completions": caps.completions is not None,
+            }
+
+        return await self._request(key, config, work)
+
+    async def read_resource(self, key: ConnectionKey, config: ServerConfig, uri: str) -> dict[str, Any]:
+        async def work(conn: Connection, client: Client) -> dict[str, Any]:
+            return resource_contents_to_dict(await client.read_resource(uri, cache_mode="bypass"))
+
+        return await self._request(key, config, work)
+
+    async def list_prompts(self, key: ConnectionKey, config: ServerConfig) -> dict[str, Any]:
+        async def work(conn: Connection, client: Client) -> dict[str, Any]:
+            caps = self._capabilities(client)
+            if caps.prompts is None:
+                return {"offered": False, "prompts": [], "completions": False}
+            prompts = await self._all_pages(
+                lambda cursor: client.list_prompts(cursor=cursor, cache_mode="bypass"), "prompts"
+            )
+            return {"offered": True, "prompts": prompts, "completions": caps.completions is not None}
+
+        return await self._request(key, config, work)
+
+    async def get_prompt(
+        self, key: ConnectionKey, config: ServerConfig, name: str, arguments: dict[str, str]
+    ) -> dict[str, Any]:
+        async def work(conn: Connection, client: Client) -> dict[str, Any]:
+            return prompt_to_dict(await client.get_prompt(name, arguments))
+
+        return await self._request(key, config, work)
+
+    async def complete(
+        self,
+        key: ConnectionKey,
+        config: ServerConfig,
+        target: dict[str, str],
+        argument: str,
+        value: str,
+        context: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """Suggestions for one argument of a prompt (`{"prompt": name}`) or a resource template
+        (`{"template": uri_template}`); none if the server offers no completions."""
+        ref: types.PromptReference | types.ResourceTemplateReference
+        if "prompt" in target:
+            ref = types.PromptReference(type="ref/prompt", name=target["prompt"])
+        else:
+            ref = types.ResourceTemplateReference(type="ref/resource", uri=target["template"])
+
+        async def work(conn: Connection, client: Client) -> dict[str, Any]:
+            if self._capabilities(client).completions is None:
+                return {"values": [], "total": None, "hasMore": False}
+            result = await client.complete(ref, {"name": argument, "value": value}, context_arguments=context or None)
+            return completion_to_dict(result)
+
+        return await self._request(key, config, work)
+
+    async def subscribe_resource(
+        self, key: ConnectionKey, config: ServerConfig, uri: str, sink: UpdateSink, subscriber: str = ""
+    ) -> None:
+        """Send news of `uri` to `sink` until `subscriber` unsubscribes or the connection ends ("ended")."""
+
+        async def work(conn: Connection, client: Client) -> None:
+            if conn.subscriptions is None:
+                conn.subscriptions = ResourceSubscriptions(client, sink)
+            await conn.subscriptions.add(uri, subscriber, sink, config.request_timeout)
+
+        await self._request(key, config, work)
+
+    async def unsubscribe_resource(
+        self, key: ConnectionKey, config: ServerConfig, uri: str, subscriber: str = ""
+    ) -> bool:
+        """`subscriber` leaves `uri`; never opens a connection just to say goodbye."""
+        conn = self._connections.get(key)
+        if conn is None or conn.closed or conn.subscriptions is None:
+            return False
+
+        async def work(conn: Connection, client: Client) -> bool:
+            assert conn.subscriptions is not None
+            return await conn.subscriptions.remove(uri, subscriber, config.request_timeout)
+
+        return await self._request(key, config, work)
 
 
 def status_of(failure: Failure) -> str:

@@ -1,0 +1,55 @@
+"""The rows behind a decision: load a team's and a user's rules and the team's defaults, then decide.
+
+Two queries at most per decision: the rules of (team, user) in one, and the team's
+defaults in another unless the server was loaded with `select_related("team__policy")`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Q
+
+from sessions.mcp.naming import tool_full_name
+
+from .models import PermissionRule, Server, Team, TeamPolicy
+from .policy import Decision, Defaults, Rule, classify, decide, definition_diff
+
+
+def team_defaults(team: Team) -> Defaults:
+    try:
+        return team.policy.as_defaults()
+    except TeamPolicy.DoesNotExist:
+        return Defaults()
+
+
+def rules_for(team_id: int, user_id: int | None) -> list[Rule]:
+    """The team's rules and the user's own rules in that team."""
+    rows = PermissionRule.objects.filter(Q(user__isnull=True) | Q(user_id=user_id), team_id=team_id)
+    return [row.as_rule() for row in rows]
+
+
+def decide_for(server: Server, user_id: int, tool: str, definition: dict[str, Any] | None) -> Decision:
+    return decide(
+        tool_full_name(server.name, tool), definition, rules_for(server.team_id, user_id), team_defaults(server.team)
+    )
+
+
+def describe_tools(server: Server, user_id: int, tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """For pages and the playground, by tool name: its display class, the viewer's decision and
+    why, and for each "always allow" given to an earlier definition, what changed since."""
+    tools = server.tools if tools is None else tools
+    rules = rules_for(server.team_id, user_id)
+    defaults = team_defaults(server.team)
+    described: dict[str, Any] = {}
+    for tool in tools:
+        name = tool.get("name", "")
+        decision = decide(tool_full_name(server.name, name), tool, rules, defaults)
+        described[name] = {
+            "class": classify(name, tool.get("annotations")),
+            "decision": decision.as_dict(),
+            "changes": [
+                {"rule": rule.as_dict(), "diff": definition_diff(rule.definition, tool)} for rule in decision.stale
+            ],
+        }
+    return described

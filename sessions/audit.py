@@ -1,0 +1,128 @@
+"""Writing the audit log, and reading it back out as CSV or JSON.
+
+Only actions call `record` (inside their transactions), so a row exists exactly when
+the thing it describes was committed. Arguments pass through `redact` first.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from .models import AuditEvent, ToolCall
+
+SECRET_KEY = re.compile(r"password|secret|token|api[_-]?key|authorization", re.IGNORECASE)
+REDACTED = "[redacted]"
+EXPORT_FIELDS = (
+    "at",
+    "kind",
+    "username",
+    "team",
+    "server_name",
+    "tool",
+    "call_id",
+    "arguments",
+    "decision",
+    "rule",
+    "reason",
+    "duration_ms",
+    "outcome",
+    "error",
+)
+
+
+def redact(value: Any) -> Any:
+    """The value with every entry whose key looks like a secret replaced, at any depth."""
+    if isinstance(value, dict):
+        return {
+            key: REDACTED if isinstance(key, str) and SECRET_KEY.search(key) else redact(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [redact(item) for item in value]
+    return value
+
+
+def describe_rule(rule: dict[str, Any] | None) -> str:
+    if not rule:
+        return ""
+    pinned = ", pinned" if rule.get("pinned") else ""
+    return f"{rule['scope']} rule #{rule['id']} {rule['pattern']} ({rule['effect']}{pinned})"
+
+
+def record(kind: str, user: Any, **fields: Any) -> AuditEvent:
+    if "arguments" in fields:
+        fields["arguments"] = redact(fields["arguments"])
+    return AuditEvent.objects.create(
+        kind=kind,
+        user=user if getattr(user, "pk", None) else None,
+        username=user.get_username() if getattr(user, "pk", None) else "",
+        **fields,
+    )
+
+
+def record_for_call(kind: str, call: ToolCall, *, decision: dict[str, Any] | None = None, **fields: Any) -> AuditEvent:
+    """A row about one call: who, which server and tool, its arguments, and the decision given."""
+    decision = call.decision if decision is None else decision
+    server = call.server
+    fields.setdefault("decision", decision.get("effect", ""))
+    fields.setdefault("rule", describe_rule(decision.get("rule")))
+    fields.setdefault("reason", decision.get("reason", ""))
+    fields.setdefault("outcome", call.status)
+    return record(
+        kind,
+        call.user,
+        team_id=server.team_id if server else None,
+        server_id=call.server_id,
+        server_name=call.server_name,
+        tool=call.tool,
+        call_id=call.id,
+        arguments=call.arguments,
+        **fields,
+    )
+
+
+def as_row(event: AuditEvent) -> dict[str, Any]:
+    return {
+        "at": event.at.isoformat(),
+        "kind": event.kind,
+        "username": event.username,
+        "team": event.team.name if event.team_id and event.team else "",
+        "server_name": event.server_name,
+        "tool": event.tool,
+        "call_id": str(event.call_id) if event.call_id else "",
+        "arguments": event.arguments,
+        "decision": event.decision,
+        "rule": event.rule,
+        "reason": event.reason,
+        "duration_ms": event.duration_ms,
+        "outcome": event.outcome,
+        "error": event.error,
+    }
+
+
+def csv_lines(events: Iterable[AuditEvent]) -> Iterator[str]:
+    """The rows as CSV text, a line at a time, for a streaming response."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=EXPORT_FIELDS)
+    writer.writeheader()
+    for event in events:
+        row = as_row(event)
+        row["arguments"] = json.dumps(row["arguments"], sort_keys=True)
+        writer.writerow({name: _cell(value) for name, value in row.items()})
+        yield buffer.getvalue()
+        buffer.seek(0)
+        buffer.truncate()
+    yield buffer.getvalue()
+
+
+def _cell(value: Any) -> Any:
+    # A spreadsheet would run a cell starting with = + - or @ as a formula; tool names and
+    # errors come from servers, so such cells are quoted as text.
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@"):
+        return "'" + value
+    return value

@@ -1,0 +1,157 @@
+"""The audit log: secrets redacted, append-only, who sees which rows, filters and exports."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from servers.models import PermissionRule
+from sessions import audit
+from sessions.actions import do_start_tool_call
+from sessions.models import AuditEvent
+
+pytestmark = pytest.mark.django_db
+
+
+def logged_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        ({"password": "p", "query": "q"}, {"password": "[redacted]", "query": "q"}),
+        (
+            {"API_KEY": "k", "api-key": "k", "apikey": "k"},
+            {"API_KEY": "[redacted]", "api-key": "[redacted]", "apikey": "[redacted]"},
+        ),
+        (
+            {"Authorization": "Bearer x", "github_token": "t", "clientSecret": "s"},
+            {"Authorization": "[redacted]", "github_token": "[redacted]", "clientSecret": "[redacted]"},
+        ),
+        ({"nested": {"db": {"Password": {"deep": 1}}}}, {"nested": {"db": {"Password": "[redacted]"}}}),
+        ({"items": [{"token": "t", "id": 1}, "token"]}, {"items": [{"token": "[redacted]", "id": 1}, "token"]}),
+        ({"keyboard": "k", "author": "a"}, {"keyboard": "k", "author": "a"}),
+        ("plain", "plain"),
+    ],
+)
+def test_secrets_in_arguments_are_redacted_at_any_depth(value, expected):
+    assert audit.redact(value) == expected
+
+
+@pytest.fixture
+def rows(alice, bob, carol, demo_server):
+    """Rows as the actions write them: deny rules end calls at once, with no worker involved."""
+    from servers.models import Server
+
+    PermissionRule.objects.create(team=demo_server.team, pattern="mcp__demo", effect="deny")
+    globex = Server.objects.create(team=carol.memberships.get().team, name="globex", command="x")
+    PermissionRule.objects.create(team=globex.team, pattern="*", effect="deny")
+    do_start_tool_call(bob, demo_server.pk, "echo", {"message": "hi", "auth": {"api_key": "sk-123"}})
+    do_start_tool_call(alice, demo_server.pk, "crash", {})
+    do_start_tool_call(carol, globex.pk, "echo", {"password": "hunter2"})
+    do_start_tool_call(bob, 999999, "echo", {})  # an unknown server: no team on the row
+
+
+def test_the_actions_write_a_row_per_decision_and_per_call_with_secrets_redacted(rows, bob):
+    bobs = AuditEvent.objects.filter(user=bob).order_by("id")
+    assert list(bobs.values_list("kind", "tool", "decision", "outcome")) == [
+        ("decision", "echo", "deny", "rejected"),
+        ("call", "echo", "deny", "rejected"),
+        ("call", "echo", "", "rejected"),
+    ]
+    assert bobs[0].arguments == {"message": "hi", "auth": {"api_key": "[redacted]"}}
+    assert bobs[0].rule.startswith("team rule #") and bobs[0].rule.endswith("mcp__demo (deny)")
+    assert bobs[2].error == "Unknown server." and bobs[2].team is None
+    assert not AuditEvent.objects.filter(arguments__icontains="sk-123").exists()
+    assert "hunter2" not in json.dumps(list(AuditEvent.objects.values_list("arguments", flat=True)))
+
+
+def test_the_log_is_append_only(rows):
+    event = AuditEvent.objects.first()
+    event.outcome = "succeeded"
+    with pytest.raises(PermissionError):
+        event.save()
+    with pytest.raises(PermissionError):
+        event.delete()
+    with pytest.raises(PermissionError):
+        AuditEvent.objects.filter(pk=event.pk).update(outcome="succeeded")
+    with pytest.raises(PermissionError):
+        AuditEvent.objects.all().delete()
+    assert AuditEvent.objects.get(pk=event.pk).outcome == "rejected"
+
+
+def test_admins_see_their_teams_rows_and_members_their_own(rows, alice, bob, carol):
+    def usernames(user):
+        return sorted({e.username for e in logged_in(user).get("/audit/").context["events"]})
+
+    assert usernames(alice) == ["alice", "bob"]
+    assert usernames(bob) == ["bob"]
+    assert usernames(carol) == ["carol"]
+
+
+def test_it_filters_by_user_server_tool_outcome_kind_and_date(rows, alice):
+    client = logged_in(alice)
+
+    def count(**params):
+        return len(client.get("/audit/", params).context["events"])
+
+    # Bob's two rows on Acme's server and alice's two; not bob's attempt on a server he cannot
+    # see (it belongs to no team), nor anything of Globex.
+    assert count() == 4
+    assert count(user="bob") == 2
+    assert count(tool="crash") == 2
+    assert count(server="demo", kind="call") == 2
+    assert count(outcome="rejected", kind="decision") == 2
+    today = timezone.now().date()
+    assert count(since=today.isoformat(), until=today.isoformat()) == 4
+    assert count(since=(today + timedelta(days=1)).isoformat()) == 0
+    assert count(until=(today - timedelta(days=1)).isoformat()) == 0
+    assert count(since="not a date") == 4
+
+
+def test_it_exports_csv_and_json(rows, bob):
+    client = logged_in(bob)
+    response = client.get("/audit/", {"format": "csv", "kind": "decision"})
+    assert response["Content-Type"] == "text/csv" and "attachment" in response["Content-Disposition"]
+    table = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert [row["tool"] for row in table] == ["echo"]
+    assert table[0]["username"] == "bob" and table[0]["decision"] == "deny" and table[0]["team"] == "Acme"
+    assert json.loads(table[0]["arguments"]) == {"auth": {"api_key": "[redacted]"}, "message": "hi"}
+    exported = client.get("/audit/", {"format": "json"}).json()["events"]
+    assert len(exported) == 3 and {e["username"] for e in exported} == {"bob"}
+    assert set(exported[0]) == set(audit.EXPORT_FIELDS)
+
+
+def test_csv_cells_that_a_spreadsheet_would_run_are_quoted(bob):
+    audit.record("policy", bob, tool='=HYPERLINK("http://evil")', outcome="rule_saved")
+    body = b"".join(logged_in(bob).get("/audit/", {"format": "csv"}).streaming_content).decode()
+    assert "'=HYPERLINK" in body
+
+
+def test_the_django_admin_shows_the_log_read_only(rows, django_user_model):
+    admin = django_user_model.objects.create_superuser("root", "root@example.com", "pw")
+    client = logged_in(admin)
+    assert client.get("/admin/mcp_sessions/auditevent/").status_code == 200
+    assert client.get("/admin/mcp_sessions/auditevent/add/").status_code == 403
+    event = AuditEvent.objects.first()
+    assert client.post(f"/admin/mcp_sessions/auditevent/{event.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert AuditEvent.objects.filter(pk=event.pk).exists()
+
+
+def test_rows_outlive_the_people_and_teams_they_name(rows, bob, alice):
+    team = alice.memberships.get().team
+    bob.delete()
+    team.delete()
+    kept = AuditEvent.objects.filter(username="bob").order_by("id")
+    assert kept.count() == 3
+    assert {(e.user_id, e.team_id) for e in kept} == {(None, None)}
+    assert kept[0].server_name == "demo" and kept[0].tool == "echo"

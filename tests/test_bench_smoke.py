@@ -1,0 +1,47 @@
+"""bench/ runs end to end: a quick embedded run writes every headline key as a number.
+
+Speed itself is bench/'s business (docs/performance.md); this only proves the harness works.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+HEADLINE_KEYS = [
+    "overhead_p50_ms",
+    "overhead_p99_ms",
+    "direct_p50_ms",
+    "portal_p50_ms",
+    "calls_per_s_50_users",
+    "errors_50_users",
+    "cold_start_ms",
+    "rss_per_stdio_connection_mb",
+    "rss_per_http_connection_mb",
+    "handshakes_during_warm_calls",
+]
+
+
+def test_it_runs_the_bench_quickly_and_writes_every_key(tmp_path):
+    out = tmp_path / "latest.json"
+    # The bench starts its own embedded portal, whatever mode this suite runs in.
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE")}
+    run = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--modes", "embedded", "--out", str(out)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert run.returncode == 0, run.stderr[-4000:]
+    report = json.loads(out.read_text())
+    for key in HEADLINE_KEYS:
+        assert isinstance(report[key], int | float) and not isinstance(report[key], bool), (key, report[key])
+    assert report["handshakes_during_warm_calls"] == 0
+    assert report["report"]["embedded"]["latency"]["stdio"]["n"] == 20
+    assert "| mode | transport | direct p50 | portal p50 |" in run.stdout

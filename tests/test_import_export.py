@@ -1,0 +1,212 @@
+"""Importing and exporting mcpServers JSON: the preview page, creating, the management commands, who may do what.
+
+tests/browser does not exist yet on this branch, so the preview is tested through the Django
+test client (it is a server-rendered page with no script of its own).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.core.management import CommandError, call_command
+from django.test import Client
+from django.utils.html import escape
+
+from servers.models import Server, Team
+
+pytestmark = pytest.mark.django_db
+
+CONFIG = {
+    "mcpServers": {
+        "filesystem": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"]},
+        "github": {
+            "command": "docker",
+            "args": ["run", "-i", "ghcr.io/github/github-mcp-server"],
+            "env": {"GITHUB_TOKEN": "${GITHUB_TOKEN}"},
+        },
+        "linear": {
+            "type": "http",
+            "url": "https://mcp.linear.app/mcp",
+            "headers": {"Authorization": "Bearer ${LINEAR_KEY}"},
+        },
+        "legacy": {"type": "sse", "url": "https://example.com/sse"},
+    }
+}
+
+
+def logged_in(user) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def acme(user) -> Team:
+    return user.memberships.get().team
+
+
+def test_the_preview_shows_each_entry_and_creates_nothing(alice):
+    response = logged_in(alice).post(
+        "/servers/import/", {"team": acme(alice).pk, "config": json.dumps(CONFIG), "preview": ""}
+    )
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert 'id="import-preview"' in page and "Create 4 servers" in page
+    plan = response.context["plan"]
+    assert [(e.name, e.transport, e.status) for e in plan.entries] == [
+        ("filesystem", "stdio", "new"),
+        ("github", "stdio", "new"),
+        ("linear", "http", "new"),
+        ("legacy", "sse", "new"),  # SSE is a transport the portal runs
+    ]
+    assert "<code>${GITHUB_TOKEN}</code>" in page
+    assert Server.objects.count() == 0
+
+
+def test_create_makes_the_new_servers_with_placeholders_kept(alice):
+    response = logged_in(alice).post(
+        "/servers/import/", {"team": acme(alice).pk, "config": json.dumps(CONFIG), "create": ""}
+    )
+    assert response.status_code == 302 and response["Location"] == "/servers/"
+    servers = {s.name: s for s in Server.objects.all()}
+    assert set(servers) == {"filesystem", "github", "linear", "legacy"}
+    assert servers["github"].env == {"GITHUB_TOKEN": "${GITHUB_TOKEN}"} and servers["github"].created_by == alice
+    assert servers["linear"].headers == {"Authorization": "Bearer ${LINEAR_KEY}"}
+    assert servers["filesystem"].args[-1] == "/tmp" and servers["filesystem"].team == acme(alice)
+
+
+def test_an_uploaded_file_works_like_a_pasted_one(alice):
+    upload = SimpleUploadedFile("claude_desktop_config.json", json.dumps(CONFIG).encode("utf-8-sig"))
+    response = logged_in(alice).post("/servers/import/", {"team": acme(alice).pk, "upload": upload, "preview": ""})
+    assert len(response.context["plan"].to_create) == 4
+
+
+def test_an_entry_in_error_blocks_everything_and_says_why(alice):
+    broken = {"mcpServers": {**CONFIG["mcpServers"], "bad": {"command": "x", "args": "not-a-list"}}}
+    client = logged_in(alice)
+    preview = client.post("/servers/import/", {"team": acme(alice).pk, "config": json.dumps(broken), "preview": ""})
+    created = client.post("/servers/import/", {"team": acme(alice).pk, "config": json.dumps(broken), "create": ""})
+    for response in (preview, created):
+        page = response.content.decode()
+        assert response.status_code == 200 and "Some entries have errors" in page
+        assert escape('"args" must be a list of strings') in page and "Create " not in page
+    assert Server.objects.count() == 0
+
+
+def test_malformed_json_and_unknown_shapes_create_nothing(alice):
+    client = logged_in(alice)
+    for text, message in (('{"mcpServers": {', "This is not valid JSON"), ('{"tools": {}}', "Unknown shape")):
+        response = client.post("/servers/import/", {"team": acme(alice).pk, "config": text, "create": ""})
+        assert response.status_code == 200 and message in response.content.decode()
+    empty = client.post("/servers/import/", {"team": acme(alice).pk, "config": "  ", "preview": ""})
+    assert "Paste a configuration or choose a file." in empty.content.decode()
+    assert Server.objects.count() == 0
+
+
+def test_importing_twice_creates_nothing_twice(alice):
+    client = logged_in(alice)
+    data = {"team": acme(alice).pk, "config": json.dumps(CONFIG), "create": ""}
+    client.post("/servers/import/", data)
+    again = client.post("/servers/import/", {"team": acme(alice).pk, "config": json.dumps(CONFIG), "preview": ""})
+    assert {e.name: e.status for e in again.context["plan"].entries}["github"] == "duplicate"
+    client.post("/servers/import/", data)
+    assert Server.objects.count() == 4
+
+
+def test_members_cannot_import_and_admins_only_into_their_own_teams(alice, bob, carol):
+    assert logged_in(bob).get("/servers/import/").status_code == 403
+    assert logged_in(bob).post("/servers/import/", {"team": acme(bob).pk, "config": "{}"}).status_code == 403
+    # Carol administers Globex: Acme is not a choice for her.
+    response = logged_in(carol).post(
+        "/servers/import/", {"team": acme(alice).pk, "config": json.dumps(CONFIG), "create": ""}
+    )
+    assert response.status_code == 200 and "Select a valid choice" in response.content.decode()
+    assert Server.objects.count() == 0
+
+
+def test_export_page_and_download_hold_secrets_back(alice, bob, carol):
+    team = acme(alice)
+    Server.objects.create(team=team, name="gh", command="docker", env={"GITHUB_TOKEN": "ghp_real_secret"})
+    Server.objects.create(team=acme(carol), name="globex-only", command="true")
+    page = logged_in(bob).get("/servers/export/")  # members may export: no secret leaves
+    assert page.status_code == 200 and "ghp_real_secret" not in page.content.decode()
+    assert "gh env GITHUB_TOKEN: the value was replaced by ${GITHUB_TOKEN}" in page.content.decode()
+    download = logged_in(bob).get(f"/servers/export/?team={team.pk}&download=1")
+    assert download["Content-Disposition"] == 'attachment; filename="mcp-servers-Acme.json"'
+    assert json.loads(download.content) == {
+        "mcpServers": {"gh": {"command": "docker", "env": {"GITHUB_TOKEN": "${GITHUB_TOKEN}"}}}
+    }
+    vscode = logged_in(bob).get(f"/servers/export/?team={team.pk}&format=vscode&download=1")
+    assert json.loads(vscode.content)["servers"]["gh"]["type"] == "stdio"
+    # Another team's servers are not Carol's to export, whatever id she asks for.
+    assert logged_in(carol).get(f"/servers/export/?team={team.pk}").status_code == 403
+    assert "globex-only" in logged_in(carol).get("/servers/export/").content.decode()
+
+
+def test_the_management_commands_round_trip(alice, carol, tmp_path):
+    path = tmp_path / "claude_desktop_config.json"
+    path.write_text(json.dumps(CONFIG))
+    out = io.StringIO()
+    call_command("import_servers", str(path), "--team", "Acme", stdout=out)
+    assert "Created 4 server(s) in Acme." in out.getvalue()
+    assert "new         legacy" in out.getvalue() and "${GITHUB_TOKEN}" in out.getvalue()
+    exported, notes = io.StringIO(), io.StringIO()
+    call_command("export_servers", "--team", "Acme", stdout=exported, stderr=notes)
+    first = json.loads(exported.getvalue())
+    assert set(first["mcpServers"]) == {"filesystem", "github", "linear", "legacy"} and notes.getvalue() == ""
+    # Into another team: the same servers; exported again: the same file.
+    again = tmp_path / "exported.json"
+    again.write_text(exported.getvalue())
+    call_command("import_servers", str(again), "--team", "Globex", stdout=io.StringIO())
+    second = io.StringIO()
+    call_command("export_servers", "--team", "Globex", stdout=second)
+    assert json.loads(second.getvalue()) == first
+    # And into the first team again: all duplicates, nothing created.
+    out = io.StringIO()
+    call_command("import_servers", str(again), "--team", "Acme", stdout=out)
+    assert "Created 0 server(s)" in out.getvalue() and Server.objects.count() == 8
+
+
+def test_the_import_command_refuses_errors_and_ambiguity(alice, carol, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"mcpServers": {"a": {"command": 1}}}')
+    with pytest.raises(CommandError, match="Some entries have errors; nothing was created."):
+        call_command("import_servers", str(bad), "--team", "Acme", stdout=io.StringIO())
+    bad.write_text("not json")
+    with pytest.raises(CommandError, match="This is not valid JSON"):
+        call_command("import_servers", str(bad), "--team", "Acme", stdout=io.StringIO())
+    with pytest.raises(CommandError, match="several teams"):
+        call_command("import_servers", str(bad), stdout=io.StringIO())
+    with pytest.raises(CommandError, match="No team named 'Initech'"):
+        call_command("export_servers", "--team", "Initech", stdout=io.StringIO())
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(CONFIG))
+    out = io.StringIO()
+    call_command("import_servers", str(good), "--team", "Acme", "--dry-run", stdout=out)
+    assert "Would create 4 server(s)" in out.getvalue() and Server.objects.count() == 0
+
+
+def test_the_catalog_shows_counts_status_and_what_each_server_needs(alice, bob, carol):
+    team = acme(alice)
+    Server.objects.create(
+        team=team,
+        name="gh",
+        command="docker",
+        env={"GITHUB_TOKEN": "${GITHUB_TOKEN}"},
+        resource_count=4,
+        template_count=2,
+        prompt_count=3,
+        tools=[{"name": "a"}, {"name": "b"}],
+    )
+    Server.objects.create(team=team, name="unlisted", command="true", enabled=False)
+    Server.objects.create(team=acme(carol), name="globex-secret-server", command="true")
+    page = logged_in(bob).get("/servers/").content.decode()
+    assert "globex-secret-server" not in page
+    row = page[page.index(">gh<") :]
+    row = row[: row.index("</tr>")]
+    assert "<td>2</td>" in row and "4 <span" in row and "+ 2 templates" in row and "<td>3</td>" in row
+    assert "Needs <code>${GITHUB_TOKEN}</code>" in row
+    unlisted = page[page.index(">unlisted<") :]
+    assert "Not listed yet" in unlisted[: unlisted.index("</tr>")] and "disabled" in unlisted[: unlisted.index("</tr>")]
