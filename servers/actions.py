@@ -27,6 +27,7 @@ SERVER_FIELDS = (
     "request_timeout",
     "reset_timeout_on_progress",
     "elicitation_timeout",
+    "roots",
     "protocol",
     "shared",
     "enabled",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from django import forms
 from django.core.exceptions import ValidationError
@@ -97,6 +98,13 @@ class ServerForm(forms.Form):
         help_text="How long a person has to answer the server's questions (elicitation) before it hears "
         "'cancel'. Empty: the portal's default.",
     )
+    roots = forms.CharField(
+        label="Roots",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="The folders the server may work in, one file:// URI per line; the server asks for them "
+        "with roots/list.",
+    )
     protocol = forms.ChoiceField(
         label="Protocol era",
         choices=ProtocolSetting.choices,
@@ -128,6 +136,7 @@ class ServerForm(forms.Form):
                 "request_timeout": instance.request_timeout,
                 "reset_timeout_on_progress": instance.reset_timeout_on_progress,
                 "elicitation_timeout": instance.elicitation_timeout,
+                "roots": "\n".join(instance.roots),
                 "protocol": instance.protocol,
                 "shared": instance.shared,
                 "enabled": instance.enabled,
@@ -151,6 +160,16 @@ class ServerForm(forms.Form):
 
     def clean_args(self) -> list[str]:
         return [line.strip() for line in self.cleaned_data["args"].splitlines() if line.strip()]
+
+    def clean_roots(self) -> list[str]:
+        roots = [line.strip() for line in self.cleaned_data["roots"].splitlines() if line.strip()]
+        for root in roots:
+            parts = urlsplit(root)
+            if parts.scheme != "file" or not parts.path.startswith("/"):
+                raise ValidationError(f"{root!r} is not a file:// URI (file:///home/me/project).")
+        if len(roots) > 50:
+            raise ValidationError("At most 50 roots.")
+        return roots
 
     def clean_env(self) -> dict[str, str]:
         return parse_pairs(self.cleaned_data["env"], "=", ENV_NAME, "environment variable")

@@ -93,6 +93,8 @@ class Server(models.Model):
         help_text="Seconds a person has to answer the server's form before it hears 'cancel'; "
         "empty: the portal's PORTAL_ELICITATION_TIMEOUT.",
     )
+    # file:// URIs the server may work in, told to it on roots/list.
+    roots = models.JSONField(default=list, blank=True)
     protocol = models.CharField(max_length=10, choices=ProtocolSetting.choices, default=ProtocolSetting.AUTO)
     shared = models.BooleanField(
         "shared session", default=False, help_text="One session for the whole team instead of one per user."
@@ -159,6 +161,7 @@ class Server(models.Model):
             request_timeout=self.request_timeout,
             connect_timeout=settings.MCP_CONNECT_TIMEOUT,
             reset_timeout_on_progress=self.reset_timeout_on_progress,
+            roots=tuple(self.roots),
             protocol=self.protocol,  # type: ignore[arg-type]
             negotiated=Negotiated.from_dict(self.negotiated),
             variables=(os.environ,),

@@ -327,3 +327,22 @@ def test_every_kind_of_form_field_is_checked_before_it_is_sent(alice, era_server
     assert [error["path"] for error in extra["errors"]] == [["password"]]
     assert ended["status"] == "succeeded", ended
     assert json.loads(ended["result"]["content"][0]["text"]) == {**good, "rating": 5.0}
+
+
+def test_roots_set_by_the_admin_answer_roots_list(alice, era_server, tmp_path):
+    cookie = session_cookie(alice)
+
+    async def ask():
+        async with Playground(cookie) as ws:
+            return await ws.call(era_server.pk, "roots", {})
+
+    none = run(ask())
+    era_server.roots = [tmp_path.as_uri(), "file:///srv/shared/"]
+    era_server.save()
+    told = run(ask())
+    assert none["status"] == "succeeded", none
+    assert none["result"]["structuredContent"] == {"roots": []}
+    # New roots, new session: the server is told the roots it now has.
+    assert told["result"]["structuredContent"] == {
+        "roots": [{"uri": tmp_path.as_uri(), "name": tmp_path.name}, {"uri": "file:///srv/shared/", "name": "shared"}]
+    }

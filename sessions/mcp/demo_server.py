@@ -25,7 +25,7 @@ from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.prompts.base import AssistantMessage, Message, UserMessage
-from mcp.server.mcpserver.resolve import Elicit, Resolve
+from mcp.server.mcpserver.resolve import Elicit, ListRoots, Resolve
 from mcp.types import (
     Completion,
     CompletionArgument,
@@ -33,6 +33,7 @@ from mcp.types import (
     EmptyResult,
     ImageContent,
     ListResourcesResult,
+    ListRootsResult,
     PaginatedRequestParams,
     PromptReference,
     ResourceTemplateReference,
@@ -179,6 +180,19 @@ def survey(answer: Annotated[ElicitationResult[Survey], Resolve(ask_survey)]) ->
     if isinstance(answer, AcceptedElicitation):
         return json.dumps(answer.data.model_dump(), sort_keys=True)
     return f"no answers ({answer.action})"
+
+
+def list_roots() -> ListRoots:
+    return ListRoots()
+
+
+@server.tool(
+    title="Roots",
+    description="Ask the client for its roots (roots/list) and answer with them.",
+    annotations=ToolAnnotations(readOnlyHint=True),
+)
+def roots(listed: Annotated[ListRootsResult, Resolve(list_roots)]) -> dict[str, list[dict[str, str]]]:
+    return {"roots": [{"uri": str(root.uri), "name": root.name or ""} for root in listed.roots]}
 
 
 @server.tool(

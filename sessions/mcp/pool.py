@@ -97,6 +97,12 @@ class CallHooks:
 # session's receive loop, and the connection falls back to its calls in flight.
 serving: contextvars.ContextVar[CallHooks | None] = contextvars.ContextVar("serving", default=None)
 
+
+def root_name(uri: str) -> str:
+    """What a person calls a root: its last path segment."""
+    return uri.rstrip("/").rsplit("/", 1)[-1] or uri
+
+
 # JSON-RPC errors that are the server's answer to one request (unknown resource or prompt,
 # bad arguments, a failing handler): the connection is fine, and the server's message says why.
 SERVER_REFUSALS = frozenset({types.METHOD_NOT_FOUND, types.INVALID_PARAMS, types.INTERNAL_ERROR, -32002})
@@ -205,6 +211,7 @@ class Connection:
             client_info=CLIENT_INFO,
             message_handler=self._on_message,
             elicitation_callback=self._on_elicit,
+            list_roots_callback=self._on_list_roots,
             logging_callback=self._on_log,
             log_level=config.log_level or None,  # type: ignore[arg-type]
             cache=None,  # the pool caches lists itself, per connection
@@ -233,6 +240,9 @@ class Connection:
         if action == "accept":
             return types.ElicitResult(action="accept", content=answer.get("content") or {})
         return types.ElicitResult(action="decline" if action == "decline" else "cancel")
+
+    async def _on_list_roots(self, ctx: Any) -> types.ListRootsResult:
+        return types.ListRootsResult(roots=[types.Root(uri=uri, name=root_name(uri)) for uri in self.config.roots])
 
     async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
         # Servers in the handshake era may ignore logging/setLevel: the level is enforced here too.
