@@ -33,6 +33,8 @@ from .models import (
     ConnectionStatus,
     Elicitation,
     ElicitationState,
+    SamplingRequest,
+    SamplingState,
     ToolCall,
 )
 
@@ -451,9 +453,27 @@ def do_answer_elicitation(elicitation_id: Any, state: str, response: dict[str, A
 
 
 @transaction.atomic
-def do_close_elicitations(call_id: str) -> list[str]:
-    """The call ended with forms still open: they are closed as cancelled; their ids are returned."""
-    pending = Elicitation.objects.select_for_update().filter(call_id=call_id, state=ElicitationState.PENDING)
-    ids = [str(pk) for pk in pending.values_list("pk", flat=True)]
-    Elicitation.objects.filter(pk__in=ids).update(state=ElicitationState.CANCELLED, answered_at=timezone.now())
-    return ids
+def do_request_sampling(call_id: str, request_id: str, params: dict[str, Any]) -> SamplingRequest:
+    return SamplingRequest.objects.create(call_id=call_id, request_id=request_id, params=params)
+
+
+def do_answer_sampling(sampling_id: Any, state: str, reply: str = "") -> bool:
+    """Pending → answered, once, as for elicitations."""
+    answered = SamplingRequest.objects.filter(pk=sampling_id, state=SamplingState.PENDING).update(
+        state=state, reply=reply, answered_at=timezone.now()
+    )
+    return answered == 1
+
+
+@transaction.atomic
+def do_close_elicitations(call_id: str) -> list[tuple[str, str]]:
+    """The call ended with forms or sampling requests still open: they are closed as cancelled.
+    Returns (kind, id) for each, kind "elicitation" or "sampling"."""
+    now = timezone.now()
+    forms = Elicitation.objects.select_for_update().filter(call_id=call_id, state=ElicitationState.PENDING)
+    form_ids = [str(pk) for pk in forms.values_list("pk", flat=True)]
+    Elicitation.objects.filter(pk__in=form_ids).update(state=ElicitationState.CANCELLED, answered_at=now)
+    asks = SamplingRequest.objects.select_for_update().filter(call_id=call_id, state=SamplingState.PENDING)
+    ask_ids = [str(pk) for pk in asks.values_list("pk", flat=True)]
+    SamplingRequest.objects.filter(pk__in=ask_ids).update(state=SamplingState.CANCELLED, answered_at=now)
+    return [("elicitation", i) for i in form_ids] + [("sampling", i) for i in ask_ids]

@@ -13,12 +13,13 @@ from servers.models import Server
 
 from . import actions, affinity, tasks
 from .mcp.elicitation import validate_answer
-from .models import CallStatus, Elicitation, ElicitationState, ToolCall
+from .models import CallStatus, Elicitation, ElicitationState, SamplingRequest, SamplingState, ToolCall
 from .worker import user_group
 
 MAX_MESSAGE_BYTES = 1_000_000
 MAX_URI = 2048
 MAX_SUBSCRIPTIONS = 50
+MAX_SAMPLING_REPLY = 100_000
 
 
 class MessageError(Exception):
@@ -192,6 +193,20 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         )
         await self.send_json({"type": "elicitation.answered", "ref": ref, "call": call_id, "elicitation": eid})
 
+    async def on_answer_sampling(self, content: dict[str, Any], ref: Any) -> None:
+        sid = _text(content, "sampling", 64)
+        action = content.get("action")
+        if action not in ("approve", "decline"):
+            raise MessageError("'action' must be approve or decline.")
+        approving = action == "approve"
+        text = _text(content, "text", MAX_SAMPLING_REPLY) if approving else ""
+        model = _text(content, "model", 200, required=False) if approving else ""
+        channel, call_id = await self._answer_sampling(sid, action, text)
+        await self.channel_layer.send(
+            channel, {"type": "sampling.answer", "sampling": sid, "action": action, "text": text, "model": model}
+        )
+        await self.send_json({"type": "sampling.answered", "ref": ref, "call": call_id, "sampling": sid})
+
     # -- resources, prompts, completions: checked here, answered by a worker -----------------
 
     async def on_list_resources(self, content: dict[str, Any], ref: Any) -> None:
@@ -267,6 +282,7 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         "test_connection": on_test_connection,
         "cancel_call": on_cancel_call,
         "answer_elicitation": on_answer_elicitation,
+        "answer_sampling": on_answer_sampling,
         "list_resources": on_list_resources,
         "read_resource": on_read_resource,
         "subscribe_resource": on_subscribe_resource,
@@ -306,6 +322,16 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         if not actions.do_answer_elicitation(elicitation.pk, action, answer):
             raise MessageError("This form was already closed.")
         return elicitation.call.channel, str(elicitation.call_id)
+
+    @database_sync_to_async
+    def _answer_sampling(self, sid: str, action: str, text: str) -> tuple[str, str]:
+        found = SamplingRequest.objects.select_related("call").filter(pk=sid) if _is_uuid(sid) else None
+        request = found.first() if found is not None else None
+        if request is None or request.call.user_id != self.user.pk:
+            raise MessageError("Unknown sampling request.")
+        if request.state != SamplingState.PENDING or not actions.do_answer_sampling(request.pk, action, text):
+            raise MessageError("This sampling request was already answered or closed.")
+        return request.call.channel, str(request.call_id)
 
     def _pending_approvals(self) -> list[dict[str, Any]]:
         return [approval.as_event() for approval in actions.do_list_pending_approvals(self.user)]

@@ -290,6 +290,30 @@ class Elicitation(models.Model):
         return f"{self.call_id}: {self.state}"
 
 
+class SamplingState(models.TextChoices):
+    PENDING = "pending", "Waiting for a reply"
+    APPROVED = "approve", "Approved"
+    DECLINED = "decline", "Declined"
+    CANCELLED = "cancel", "Cancelled"
+    TIMED_OUT = "timed_out", "Timed out"
+
+
+class SamplingRequest(models.Model):
+    """A server asking, with sampling/createMessage, for a model's reply; a person writes it instead."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    call = models.ForeignKey(ToolCall, on_delete=models.CASCADE, related_name="sampling_requests")
+    request_id = models.CharField(max_length=200, blank=True)
+    params = models.JSONField(default=dict)  # messages, systemPrompt, maxTokens… as the server sent them
+    state = models.CharField(max_length=12, choices=SamplingState.choices, default=SamplingState.PENDING)
+    reply = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.call_id}: {self.state}"
+
+
 class ConnectionState(models.TextChoices):
     CONNECTED = "connected", "Connected"
     PENDING = "pending", "Connecting"

@@ -35,7 +35,7 @@ from .mcp.errors import ConnectionFailed, Failure
 from .mcp.pool import CallHooks, CallOutcome, ConnectionPool, PoolEvents, PoolSettings
 from .mcp.schema import validate_arguments
 from .mcp.truncation import truncate_result
-from .models import CallStatus, ElicitationState, ToolCall
+from .models import CallStatus, ElicitationState, SamplingState, ToolCall
 
 log = logging.getLogger(__name__)
 
@@ -357,7 +357,24 @@ async def _converse(
         finally:
             waiting.pop(eid, None)
 
-    hooks = CallHooks(on_progress=on_progress, on_elicit=on_elicit, on_log=on_log)
+    async def on_sample(params: dict[str, Any], request_id: str) -> dict[str, Any]:
+        row = await database_sync_to_async(actions.do_request_sampling)(call_id, request_id, params)
+        sid = str(row.id)
+        answer: asyncio.Future[dict[str, Any]] = loop.create_future()
+        waiting[sid] = answer
+        await _publish(user_id, {"type": "sampling.requested", "call": call_id, "sampling": sid, "request": params})
+        try:
+            return await asyncio.wait_for(answer, seconds_to_answer)
+        except TimeoutError:
+            if await database_sync_to_async(actions.do_answer_sampling)(sid, SamplingState.TIMED_OUT):
+                await _publish(
+                    user_id, {"type": "sampling.ended", "call": call_id, "sampling": sid, "state": "timed_out"}
+                )
+            return {"action": "decline"}
+        finally:
+            waiting.pop(sid, None)
+
+    hooks = CallHooks(on_progress=on_progress, on_elicit=on_elicit, on_sample=on_sample, on_log=on_log)
     started = time.monotonic()
     task = asyncio.ensure_future(call_tool(key, config, call.tool, call.arguments, hooks=hooks))
     cancelled = False
@@ -373,6 +390,10 @@ async def _converse(
                 answer = waiting.get(str(message.get("elicitation")))
                 if answer is not None and not answer.done():
                     answer.set_result({"action": message.get("action"), "content": message.get("content")})
+            elif message.get("type") == "sampling.answer":
+                answer = waiting.get(str(message.get("sampling")))
+                if answer is not None and not answer.done():
+                    answer.set_result({k: message.get(k) for k in ("action", "text", "model")})
 
     listener = asyncio.ensure_future(listen())
     try:
@@ -393,9 +414,8 @@ async def _converse(
         for answer in list(waiting.values()):
             if not answer.done():
                 answer.set_result({"action": "cancel"})
-        for eid in await database_sync_to_async(actions.do_close_elicitations)(call_id):
-            ended = {"type": "elicitation.ended", "call": call_id, "elicitation": eid, "state": "cancel"}
-            await _publish(user_id, ended)
+        for kind, rid in await database_sync_to_async(actions.do_close_elicitations)(call_id):
+            await _publish(user_id, {"type": f"{kind}.ended", "call": call_id, kind: rid, "state": "cancel"})
 
 
 # -- listing and testing -----------------------------------------------------------------

@@ -154,6 +154,7 @@ $("call-form").addEventListener("submit", (event) => {
   $("log-lines").replaceChildren();
   $("log-pane").hidden = true;
   closeElicitation();
+  closeSampling();
   $("progress-message").textContent = "";
   $("call-progress").hidden = true;
   socket.send({ type: "call", ref: state.pendingRef, server: state.server.id, tool: state.tool.name, arguments: args });
@@ -199,6 +200,7 @@ function onCallEvent(event) {
     $("call-button").disabled = false;
     $("cancel-button").hidden = true;
     closeElicitation();
+    closeSampling();
     $("call-progress").hidden = true;
     const took = event.duration_ms != null ? ` in ${event.duration_ms.toFixed(1)} ms` : "";
     setStatus(event.status, `${TERMINAL_LABELS[event.status] || event.status}${took}`);
@@ -298,6 +300,65 @@ function onElicitationEvent(event) {
     // The portal refused the answer (it checks it against the schema too): show why, keep the form.
     showErrors($("elicitation-fields"), event.errors || [], $("elicitation-error"));
     if (!event.errors) $("elicitation-error").textContent = event.message;
+  }
+}
+
+// Sampling: the server's messages shown, the person writes (or edits) the reply and approves it.
+const sampling = { id: null };
+
+function samplingText(content) {
+  const blocks = Array.isArray(content) ? content : [content];
+  return blocks.map((block) => (block?.type === "text" ? block.text : `[${block?.type || "unknown"} content]`)).join("\n");
+}
+
+function showSampling(event) {
+  const request = event.request || {};
+  sampling.id = event.sampling;
+  $("sampling-system").textContent = request.systemPrompt ? `System prompt: ${request.systemPrompt}` : "";
+  $("sampling-messages").replaceChildren(...(request.messages || []).map((message) =>
+    h("li", {}, h("span", { class: "badge", text: message.role }), " ", h("span", { class: "pre-wrap", text: samplingText(message.content) }))));
+  $("sampling-limits").textContent = `At most ${request.maxTokens} tokens` +
+    (request.temperature != null ? `, temperature ${request.temperature}` : "") +
+    (request.modelPreferences?.hints?.length ? `; model hints: ${request.modelPreferences.hints.map((hint) => hint.name).join(", ")}` : "");
+  $("sampling-reply").value = "";
+  $("sampling-error").textContent = "";
+  $("sampling").hidden = false;
+  $("sampling-reply").focus();
+}
+
+function closeSampling() {
+  sampling.id = null;
+  $("sampling").hidden = true;
+}
+
+function answerSampling(action) {
+  if (!sampling.id) return;
+  const message = { type: "answer_sampling", ref: `s:${sampling.id}`, sampling: sampling.id, action };
+  if (action === "approve") {
+    const text = $("sampling-reply").value;
+    if (!text.trim()) {
+      $("sampling-error").textContent = "Write the reply first (or decline).";
+      return;
+    }
+    Object.assign(message, { text, model: $("sampling-model").value.trim() || "human" });
+  }
+  socket.send(message);
+}
+
+$("sampling").addEventListener("submit", (event) => {
+  event.preventDefault();
+  answerSampling("approve");
+});
+$("sampling-decline").addEventListener("click", () => answerSampling("decline"));
+$("sampling-reply").addEventListener("input", () => { $("sampling-error").textContent = ""; });
+
+function onSamplingEvent(event) {
+  if (event.type === "sampling.requested" && event.call === state.call) {
+    showSampling(event);
+  } else if ((event.type === "sampling.answered" || event.type === "sampling.ended") && event.sampling === sampling.id) {
+    closeSampling();
+  } else if (event.type === "error" && event.ref === `s:${sampling.id}`) {
+    $("sampling-error").textContent = event.message;
   }
 }
 
@@ -484,6 +545,8 @@ const socket = connect({
       }
     } else if (event.type?.startsWith("elicitation.") || (event.type === "error" && String(event.ref || "").startsWith("e:"))) {
       onElicitationEvent(event);
+    } else if (event.type?.startsWith("sampling.") || (event.type === "error" && String(event.ref || "").startsWith("s:"))) {
+      onSamplingEvent(event);
     } else if (event.type === "error") {
       if (typeof event.ref === "string" && event.ref.startsWith("approval:")) {
         $("approval-error").textContent = event.message;

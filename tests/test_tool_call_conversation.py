@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sessions.models import Elicitation, ToolCall
+from sessions.models import Elicitation, SamplingRequest, ToolCall
 from tests.ws import Playground, session_cookie
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
@@ -346,3 +346,50 @@ def test_roots_set_by_the_admin_answer_roots_list(alice, era_server, tmp_path):
     assert told["result"]["structuredContent"] == {
         "roots": [{"uri": tmp_path.as_uri(), "name": tmp_path.name}, {"uri": "file:///srv/shared/", "name": "shared"}]
     }
+
+
+def test_a_person_writes_the_reply_to_a_sampling_request(alice, bob, era_server):
+    cookie, bob_cookie = session_cookie(alice), session_cookie(bob)
+
+    async def scenario():
+        async with Playground(cookie) as ws:
+            call = await _start(ws, era_server.pk, "summarize", {"text": "MCP lets tools ask back."})
+            asked = await ws.until("sampling.requested", call=call)
+            sid = asked["sampling"]
+            async with Playground(bob_cookie) as intruder:
+                await intruder.send({"type": "answer_sampling", "ref": "b", "sampling": sid, "action": "decline"})
+                stolen = await intruder.until("error", ref="b")
+            await ws.send({"type": "answer_sampling", "ref": "e", "sampling": sid, "action": "approve", "text": ""})
+            empty = await ws.until("error", ref="e")
+            reply = {"type": "answer_sampling", "ref": "a", "sampling": sid, "action": "approve"}
+            await ws.send({**reply, "text": "Tools can ask the user.", "model": "alice-by-hand"})
+            await ws.until("sampling.answered", ref="a")
+            return asked, stolen, empty, await ws.until("call.ended", call=call)
+
+    asked, stolen, empty, ended = run(scenario())
+    request = asked["request"]
+    assert request["messages"] == [
+        {"role": "user", "content": {"type": "text", "text": "Summarize in one line: MCP lets tools ask back."}}
+    ]
+    assert (request["systemPrompt"], request["maxTokens"]) == ("You write one-line summaries.", 100)
+    assert stolen["message"] == "Unknown sampling request."
+    assert "'text' must be a string" in empty["message"]
+    assert ended["status"] == "succeeded", ended
+    assert ended["result"]["content"][0]["text"] == "alice-by-hand says: Tools can ask the user."
+    row = SamplingRequest.objects.get(pk=asked["sampling"])
+    assert (row.state, row.reply) == ("approve", "Tools can ask the user.")
+
+
+def test_a_declined_sampling_request_reaches_the_server_as_an_error(alice, era_server):
+    cookie = session_cookie(alice)
+
+    async def scenario():
+        async with Playground(cookie) as ws:
+            call = await _start(ws, era_server.pk, "summarize", {"text": "x"})
+            asked = await ws.until("sampling.requested", call=call)
+            await ws.send({"type": "answer_sampling", "sampling": asked["sampling"], "action": "decline"})
+            return await ws.until("call.ended", call=call)
+
+    ended = run(scenario())
+    # The demo server (the SDK's Sample resolver) passes the refusal on as the request's error.
+    assert (ended["status"], ended["error"]) == ("failed", "MCP error -1: The user declined the sampling request.")

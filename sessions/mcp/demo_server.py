@@ -25,11 +25,12 @@ from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.prompts.base import AssistantMessage, Message, UserMessage
-from mcp.server.mcpserver.resolve import Elicit, ListRoots, Resolve
+from mcp.server.mcpserver.resolve import Elicit, ListRoots, Resolve, Sample
 from mcp.types import (
     Completion,
     CompletionArgument,
     CompletionContext,
+    CreateMessageResult,
     EmptyResult,
     ImageContent,
     ListResourcesResult,
@@ -37,6 +38,7 @@ from mcp.types import (
     PaginatedRequestParams,
     PromptReference,
     ResourceTemplateReference,
+    SamplingMessage,
     SubscribeRequestParams,
     TextContent,
     ToolAnnotations,
@@ -180,6 +182,25 @@ def survey(answer: Annotated[ElicitationResult[Survey], Resolve(ask_survey)]) ->
     if isinstance(answer, AcceptedElicitation):
         return json.dumps(answer.data.model_dump(), sort_keys=True)
     return f"no answers ({answer.action})"
+
+
+def ask_for_a_summary(text: str) -> Sample:
+    return Sample(
+        [SamplingMessage(role="user", content=TextContent(type="text", text=f"Summarize in one line: {text}"))],
+        max_tokens=100,
+        system_prompt="You write one-line summaries.",
+    )
+
+
+@server.tool(
+    title="Summarize (sampling)",
+    description="Ask the client's model (sampling/createMessage) for a one-line summary of the text.",
+    annotations=ToolAnnotations(readOnlyHint=True),
+)
+def summarize(text: str, reply: Annotated[CreateMessageResult, Resolve(ask_for_a_summary)]) -> str:
+    content = reply.content
+    said = content.text if isinstance(content, TextContent) else str(content)
+    return f"{reply.model} says: {said}"
 
 
 def list_roots() -> ListRoots:

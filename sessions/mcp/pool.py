@@ -64,6 +64,9 @@ LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert"
 ProgressSink = Callable[[float, float | None, str | None], Awaitable[None]]
 # An elicitation: (message, requested schema, request id) -> {"action": ..., "content": {...}}
 ElicitSink = Callable[[str, dict[str, Any], str], Awaitable[dict[str, Any]]]
+# A sampling request: (the request's params as JSON, request id) -> {"action": "approve", "text": ..., "model": ...}
+# or {"action": "decline"}
+SampleSink = Callable[[dict[str, Any], str], Awaitable[dict[str, Any]]]
 # A server log message: (level, logger, data)
 LogSink = Callable[[str, str | None, Any], Awaitable[None]]
 
@@ -79,6 +82,7 @@ class CallHooks:
 
     on_progress: ProgressSink | None = None
     on_elicit: ElicitSink | None = None
+    on_sample: SampleSink | None = None
     on_log: LogSink | None = None
     _scope: anyio.CancelScope | None = None
     _seconds: float = 0.0
@@ -212,6 +216,7 @@ class Connection:
             message_handler=self._on_message,
             elicitation_callback=self._on_elicit,
             list_roots_callback=self._on_list_roots,
+            sampling_callback=self._on_sample,
             logging_callback=self._on_log,
             log_level=config.log_level or None,  # type: ignore[arg-type]
             cache=None,  # the pool caches lists itself, per connection
@@ -240,6 +245,30 @@ class Connection:
         if action == "accept":
             return types.ElicitResult(action="accept", content=answer.get("content") or {})
         return types.ElicitResult(action="decline" if action == "decline" else "cancel")
+
+    async def _on_sample(
+        self, ctx: Any, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult | types.ErrorData:
+        """A person reads the messages and writes (or edits) the reply: no model is called."""
+        hooks = self._serving()
+        if hooks is None or hooks.on_sample is None:
+            return types.ErrorData(code=INVALID_REQUEST, message="nobody here can answer this sampling request")
+        hooks.pause_deadline()
+        try:
+            request_id = str(getattr(ctx, "request_id", "") or "")
+            asked = params.model_dump(mode="json", by_alias=True, exclude_none=True)
+            answer = await hooks.on_sample(asked, request_id)
+        finally:
+            hooks.restart_deadline()
+        if answer.get("action") != "approve":
+            # What the spec suggests for a person's refusal: an error the server can tell apart.
+            return types.ErrorData(code=-1, message="The user declined the sampling request.")
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text=str(answer.get("text", ""))),
+            model=str(answer.get("model") or "human"),
+            stop_reason="endTurn",
+        )
 
     async def _on_list_roots(self, ctx: Any) -> types.ListRootsResult:
         return types.ListRootsResult(roots=[types.Root(uri=uri, name=root_name(uri)) for uri in self.config.roots])

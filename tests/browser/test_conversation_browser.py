@@ -127,3 +127,24 @@ def test_a_10_mb_output_arrives_cut_and_the_page_keeps_its_socket(page: Page, al
     page.get_by_role("button", name="Call tool").click()
     expect(call_status(page)).to_contain_text("Succeeded")
     assert page.problems == []
+
+
+def test_a_person_answers_a_sampling_request(page: Page, alice, demo_server):
+    log_in(page, "alice", "pw-alice")
+    open_playground(page, demo_server)
+    pick_tool(page, re.compile(r"^Summarize \(sampling\) "))
+    page.get_by_label("Text").fill("Elicitation lets a tool ask the user.")
+    page.get_by_role("button", name="Call tool").click()
+    asked = page.get_by_role("form", name="The server asks for a model's reply")
+    expect(asked).to_be_visible()
+    expect(asked.locator("#sampling-messages")).to_contain_text("Summarize in one line: Elicitation lets a tool")
+    expect(asked.locator("#sampling-system")).to_have_text("System prompt: You write one-line summaries.")
+    asked.get_by_role("button", name="Approve and send").click()
+    expect(asked.locator("#sampling-error")).to_have_text("Write the reply first (or decline).")
+    asked.get_by_label("Your reply").fill("Tools can ask back.")
+    page.screenshot(path=str(SCREENSHOTS / "sampling.png"), full_page=True)
+    asked.get_by_role("button", name="Approve and send").click()
+    expect(asked).to_be_hidden()
+    expect(call_status(page)).to_contain_text("Succeeded")
+    expect(page.locator("#result")).to_contain_text("human says: Tools can ask back.")
+    assert page.problems == []
