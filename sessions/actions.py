@@ -440,8 +440,11 @@ def do_record_call_channel(call_id: str, channel: str) -> None:
 
 
 @transaction.atomic
-def do_request_elicitation(call_id: str, request_id: str, message: str, schema: dict[str, Any]) -> Elicitation:
-    return Elicitation.objects.create(call_id=call_id, request_id=request_id, message=message, schema=schema)
+def do_request_elicitation(
+    call_id: str, request_id: str, message: str, schema: dict[str, Any], mode: str = "form"
+) -> Elicitation:
+    """A form (`schema` is the requested schema) or, in URL mode, a page to visit (`schema` holds its url)."""
+    return Elicitation.objects.create(call_id=call_id, request_id=request_id, message=message, schema=schema, mode=mode)
 
 
 def do_answer_elicitation(elicitation_id: Any, state: str, response: dict[str, Any] | None = None) -> bool:

@@ -315,7 +315,9 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
             raise MessageError("Unknown elicitation.")
         if elicitation.state != ElicitationState.PENDING:
             raise MessageError(f"This form was already closed ({elicitation.get_state_display().lower()}).")
-        if action == "accept":
+        if action == "accept" and elicitation.mode == "url":
+            answer = None  # consent to open the page: the server gets no content
+        elif action == "accept":
             errors = validate_answer(elicitation.schema, answer)
             if errors:
                 raise InvalidAnswer(errors)

@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
+from urllib.parse import urlsplit
 
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
@@ -232,6 +233,8 @@ def _details(outcome: CallOutcome) -> dict[str, Any]:
     if outcome.truncated:
         details["truncated"] = outcome.truncated
     if outcome.failure is not None:
+        if outcome.failure.elicitations:
+            details["elicitations"] = outcome.failure.elicitations
         if outcome.failure.stderr_tail:
             details["stderr_tail"] = outcome.failure.stderr_tail
         if outcome.failure.status_code is not None:
@@ -357,6 +360,32 @@ async def _converse(
         finally:
             waiting.pop(eid, None)
 
+    async def on_elicit_url(message: str, url: str, elicitation_id: str, request_id: str) -> dict[str, Any]:
+        if urlsplit(url).scheme not in ("http", "https"):
+            # Only a web page may be offered to open (never javascript:, file: or an app's scheme).
+            return {"action": "decline"}
+        schema = {"url": url, "elicitationId": elicitation_id}
+        row = await database_sync_to_async(actions.do_request_elicitation)(call_id, request_id, message, schema, "url")
+        eid = str(row.id)
+        answer: asyncio.Future[dict[str, Any]] = loop.create_future()
+        waiting[eid] = answer
+        request = {"type": "elicitation.requested", "call": call_id, "elicitation": eid, "mode": "url"}
+        await _publish(user_id, {**request, "message": message, "url": url, "elicitation_id": elicitation_id})
+        try:
+            return await asyncio.wait_for(answer, seconds_to_answer)
+        except TimeoutError:
+            if await database_sync_to_async(actions.do_answer_elicitation)(eid, ElicitationState.TIMED_OUT):
+                ended = {"type": "elicitation.ended", "call": call_id, "elicitation": eid, "state": "timed_out"}
+                await _publish(user_id, ended)
+            return {"action": "cancel"}
+        finally:
+            waiting.pop(eid, None)
+
+    async def on_elicit_done(elicitation_id: str) -> None:
+        # The server heard back from the page it sent the person to (handshake era only).
+        done = {"type": "elicitation.completed", "call": call_id, "elicitation_id": elicitation_id}
+        await _publish(user_id, done)
+
     async def on_sample(params: dict[str, Any], request_id: str) -> dict[str, Any]:
         row = await database_sync_to_async(actions.do_request_sampling)(call_id, request_id, params)
         sid = str(row.id)
@@ -374,7 +403,14 @@ async def _converse(
         finally:
             waiting.pop(sid, None)
 
-    hooks = CallHooks(on_progress=on_progress, on_elicit=on_elicit, on_sample=on_sample, on_log=on_log)
+    hooks = CallHooks(
+        on_progress=on_progress,
+        on_elicit=on_elicit,
+        on_elicit_url=on_elicit_url,
+        on_elicit_done=on_elicit_done,
+        on_sample=on_sample,
+        on_log=on_log,
+    )
     started = time.monotonic()
     task = asyncio.ensure_future(call_tool(key, config, call.tool, call.arguments, hooks=hooks))
     cancelled = False

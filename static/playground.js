@@ -215,6 +215,13 @@ function renderOutcome(event) {
     out.append(h("div", { class: "call-error", role: "alert" }, h("strong", { text: event.error_kind ? `${event.error_kind}: ` : "" }), event.error));
   }
   if (event.details?.errors) showArgumentErrors(event.details.errors);
+  for (const wanted of event.details?.elicitations || []) {
+    // Error -32042: pages to visit before the call can work; then the person retries it.
+    out.append(h("div", { class: "elicitation" }, h("p", { text: wanted.message || "" }), urlBlock(String(wanted.url || "")),
+      h("div", { class: "row" },
+        webPage(String(wanted.url || "")) ? h("button", { type: "button", text: "Open the page", onclick: () => openPage(String(wanted.url)) }) : null,
+        h("button", { type: "button", class: "primary", text: "Retry the call", onclick: () => $("call-form").requestSubmit() }))));
+  }
   if (event.details?.stderr_tail) {
     out.append(h("details", { open: true }, h("summary", { text: "Server stderr (last lines)" }), h("pre", { text: event.details.stderr_tail })));
   }
@@ -251,14 +258,44 @@ function addLogLine(event) {
 
 const elicitation = { id: null, form: null };
 
+// Only a web page is offered: the portal drops other schemes, and the browser checks again.
+function webPage(url) {
+  try {
+    const parsed = new URL(url);
+    return parsed.protocol === "https:" || parsed.protocol === "http:" ? parsed : null;
+  } catch {
+    return null;
+  }
+}
+
+function openPage(url) {
+  if (webPage(url)) window.open(url, "_blank", "noopener,noreferrer");
+}
+
+// A page to visit: its address in full (the host in bold), opened only when the person says so.
+function urlBlock(url) {
+  const page = webPage(url);
+  return h("p", { class: "url-elicitation" }, "The server wants you to open ",
+    page ? h("strong", { text: page.host }) : null, ": ", h("code", { text: url }));
+}
+
 function showElicitation(event) {
   elicitation.id = event.elicitation;
-  elicitation.form = buildForm(event.schema, event.defaults || {});
+  elicitation.mode = event.mode;
+  elicitation.url = event.url;
   $("elicitation-message").textContent = event.message;
-  $("elicitation-fields").replaceChildren(elicitation.form.el);
   $("elicitation-error").textContent = "";
+  if (event.mode === "url") {
+    elicitation.form = null;
+    $("elicitation-fields").replaceChildren(urlBlock(event.url));
+    $("elicitation-accept").textContent = "Open the page";
+  } else {
+    elicitation.form = buildForm(event.schema, event.defaults || {});
+    $("elicitation-fields").replaceChildren(elicitation.form.el);
+    $("elicitation-accept").textContent = "Accept";
+  }
   $("elicitation").hidden = false;
-  $("elicitation").querySelector("input, select, textarea")?.focus();
+  $("elicitation").querySelector("input, select, textarea, button.primary")?.focus();
 }
 
 function closeElicitation() {
@@ -270,7 +307,9 @@ function closeElicitation() {
 function answerElicitation(action) {
   if (!elicitation.id) return;
   let content;
-  if (action === "accept") {
+  if (action === "accept" && elicitation.mode === "url") {
+    openPage(elicitation.url); // the person's consent: now, and only now, the page opens
+  } else if (action === "accept") {
     try {
       content = elicitation.form.read();
     } catch (error) {
@@ -292,7 +331,9 @@ $("elicitation-decline").addEventListener("click", () => answerElicitation("decl
 $("elicitation-cancel").addEventListener("click", () => answerElicitation("cancel"));
 
 function onElicitationEvent(event) {
-  if (event.type === "elicitation.requested" && event.call === state.call) {
+  if (event.type === "elicitation.completed" && event.call === state.call) {
+    $("progress-message").textContent = "The server says the page is done.";
+  } else if (event.type === "elicitation.requested" && event.call === state.call) {
     showElicitation(event);
   } else if ((event.type === "elicitation.answered" || event.type === "elicitation.ended") && event.elicitation === elicitation.id) {
     closeElicitation();

@@ -393,3 +393,72 @@ def test_a_declined_sampling_request_reaches_the_server_as_an_error(alice, era_s
     ended = run(scenario())
     # The demo server (the SDK's Sample resolver) passes the refusal on as the request's error.
     assert (ended["status"], ended["error"]) == ("failed", "MCP error -1: The user declined the sampling request.")
+
+
+@pytest.fixture
+def handshake_server(demo_server):
+    # URL-mode elicitation mid-call needs the handshake era: the SDK's 2026 server has no way to ask it.
+    demo_server.protocol = "legacy"
+    demo_server.save()
+    return demo_server
+
+
+@pytest.mark.parametrize("action, text", [("accept", "account connected"), ("decline", "not connected (decline)")])
+def test_a_url_elicitation_is_shown_and_opened_only_with_consent(alice, handshake_server, action, text):
+    cookie = session_cookie(alice)
+
+    async def scenario():
+        async with Playground(cookie) as ws:
+            call = await _start(ws, handshake_server.pk, "connect_account", {})
+            asked = await ws.until("elicitation.requested", call=call)
+            await ws.send(
+                {"type": "answer_elicitation", "ref": "u", "elicitation": asked["elicitation"], "action": action}
+            )
+            await ws.until("elicitation.answered", ref="u")
+            ended = await ws.until("call.ended", call=call)
+            completed = [e for e in ws.seen if e["type"] == "elicitation.completed"]
+            if action == "accept" and not completed:
+                completed = [await ws.until("elicitation.completed", call=call)]
+            return asked, ended, completed
+
+    asked, ended, completed = run(scenario())
+    assert (asked["mode"], asked["url"]) == ("url", "https://example.org/consent")
+    assert asked["message"] == "Sign in to the demo service to connect your account."
+    assert ended["result"]["content"][0]["text"] == text
+    assert [e["elicitation_id"] for e in completed] == (["demo-connect"] if action == "accept" else [])
+    row = Elicitation.objects.get(pk=asked["elicitation"])
+    assert (row.mode, row.state, row.response) == ("url", action, None)
+
+
+def test_a_url_that_is_no_web_page_is_declined_without_asking(alice, handshake_server):
+    cookie = session_cookie(alice)
+
+    async def scenario():
+        async with Playground(cookie) as ws:
+            return await ws.call(handshake_server.pk, "connect_account", {"url": "javascript:alert(1)"})
+
+    ended = run(scenario())
+    assert ended["result"]["content"][0]["text"] == "not connected (decline)"
+    assert not Elicitation.objects.exists()
+
+
+def test_the_url_required_error_says_where_to_go_and_a_retry_works(alice, era_server):
+    cookie = session_cookie(alice)
+
+    async def scenario():
+        async with Playground(cookie) as ws:
+            first = await ws.call(era_server.pk, "needs_authorization", {"account": "files"})
+            second = await ws.call(era_server.pk, "needs_authorization", {"account": "files"})
+            return first, second
+
+    first, second = run(scenario())
+    assert (first["status"], first["error_kind"]) == ("failed", "url_elicitation_required"), first
+    assert first["details"]["elicitations"] == [
+        {
+            "mode": "url",
+            "message": "Authorize access to files first.",
+            "url": "https://example.org/consent?account=files",
+            "elicitationId": "authorize-files",
+        }
+    ]
+    assert second["result"]["content"][0]["text"] == "files is authorized"

@@ -26,11 +26,13 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.prompts.base import AssistantMessage, Message, UserMessage
 from mcp.server.mcpserver.resolve import Elicit, ListRoots, Resolve, Sample
+from mcp.shared.exceptions import UrlElicitationRequiredError
 from mcp.types import (
     Completion,
     CompletionArgument,
     CompletionContext,
     CreateMessageResult,
+    ElicitRequestURLParams,
     EmptyResult,
     ImageContent,
     ListResourcesResult,
@@ -201,6 +203,47 @@ def summarize(text: str, reply: Annotated[CreateMessageResult, Resolve(ask_for_a
     content = reply.content
     said = content.text if isinstance(content, TextContent) else str(content)
     return f"{reply.model} says: {said}"
+
+
+CONSENT_URL = os.environ.get("DEMO_CONSENT_URL", "https://example.org/consent")
+
+
+@server.tool(
+    title="Connect an account (URL elicitation)",
+    description="Send the user to a web page (URL-mode elicitation; handshake era), then say it is done.",
+    annotations=ToolAnnotations(readOnlyHint=True),
+)
+async def connect_account(ctx: Context, url: str = CONSENT_URL) -> str:
+    answer = await ctx.elicit_url("Sign in to the demo service to connect your account.", url, "demo-connect")
+    if answer.action != "accept":
+        return f"not connected ({answer.action})"
+    # The page "completed" at once: tell the client, as a real service would once the person is done.
+    await ctx.request_context.session.send_elicit_complete("demo-connect", ctx.request_id)
+    return "account connected"
+
+
+_authorized: set[str] = set()
+
+
+@server.tool(
+    title="Needs authorization (-32042)",
+    description="Fail with -32042 (URL elicitation required) the first time, succeed when called again.",
+    annotations=ToolAnnotations(readOnlyHint=True),
+)
+def needs_authorization(account: str = "demo") -> str:
+    if account not in _authorized:
+        _authorized.add(account)
+        raise UrlElicitationRequiredError(
+            [
+                ElicitRequestURLParams(
+                    mode="url",
+                    message=f"Authorize access to {account} first.",
+                    url=f"{CONSENT_URL}?account={account}",
+                    elicitation_id=f"authorize-{account}",
+                )
+            ]
+        )
+    return f"{account} is authorized"
 
 
 def list_roots() -> ListRoots:

@@ -64,6 +64,11 @@ LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert"
 ProgressSink = Callable[[float, float | None, str | None], Awaitable[None]]
 # An elicitation: (message, requested schema, request id) -> {"action": ..., "content": {...}}
 ElicitSink = Callable[[str, dict[str, Any], str], Awaitable[dict[str, Any]]]
+# A URL-mode elicitation: (message, url, elicitation id, request id) -> {"action": ...}; the person's
+# consent to open the URL is "accept".
+ElicitUrlSink = Callable[[str, str, str, str], Awaitable[dict[str, Any]]]
+# The server says a URL elicitation is complete (handshake era): (elicitation id)
+ElicitDoneSink = Callable[[str], Awaitable[None]]
 # A sampling request: (the request's params as JSON, request id) -> {"action": "approve", "text": ..., "model": ...}
 # or {"action": "decline"}
 SampleSink = Callable[[dict[str, Any], str], Awaitable[dict[str, Any]]]
@@ -82,6 +87,8 @@ class CallHooks:
 
     on_progress: ProgressSink | None = None
     on_elicit: ElicitSink | None = None
+    on_elicit_url: ElicitUrlSink | None = None
+    on_elicit_done: ElicitDoneSink | None = None
     on_sample: SampleSink | None = None
     on_log: LogSink | None = None
     _scope: anyio.CancelScope | None = None
@@ -102,6 +109,13 @@ class CallHooks:
 serving: contextvars.ContextVar[CallHooks | None] = contextvars.ContextVar("serving", default=None)
 
 
+def url_required(error: types.ErrorData) -> Failure:
+    """Error -32042: the server wants the person to visit pages first; the call can be retried after."""
+    data = error.data if isinstance(error.data, dict) else {}
+    wanted = [e for e in data.get("elicitations") or [] if isinstance(e, dict)]
+    return Failure("url_elicitation_required", error.message, elicitations=wanted[:10])
+
+
 def root_name(uri: str) -> str:
     """What a person calls a root: its last path segment."""
     return uri.rstrip("/").rsplit("/", 1)[-1] or uri
@@ -109,6 +123,7 @@ def root_name(uri: str) -> str:
 
 # JSON-RPC errors that are the server's answer to one request (unknown resource or prompt,
 # bad arguments, a failing handler): the connection is fine, and the server's message says why.
+URL_ELICITATION_REQUIRED = -32042
 SERVER_REFUSALS = frozenset({types.METHOD_NOT_FOUND, types.INVALID_PARAMS, types.INTERNAL_ERROR, -32002})
 
 # Connection statuses as the portal shows them ("disabled" is the registry's, not the pool's).
@@ -233,11 +248,21 @@ class Connection:
 
     async def _on_elicit(self, ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData:
         hooks = self._serving()
+        request_id = str(getattr(ctx, "request_id", "") or "")
+        if isinstance(params, types.ElicitRequestURLParams) and hooks is not None and hooks.on_elicit_url is not None:
+            hooks.pause_deadline()
+            try:
+                # At 2026-07-28 there is no elicitation id: the request id names it.
+                eid = params.elicitation_id or request_id
+                answer = await hooks.on_elicit_url(params.message, params.url, eid, request_id)
+            finally:
+                hooks.restart_deadline()
+            action = answer.get("action")
+            return types.ElicitResult(action=action if action in ("accept", "decline") else "cancel")
         if hooks is None or hooks.on_elicit is None or not isinstance(params, types.ElicitRequestFormParams):
             return types.ErrorData(code=INVALID_REQUEST, message="nobody here can answer this elicitation")
         hooks.pause_deadline()
         try:
-            request_id = str(getattr(ctx, "request_id", "") or "")
             answer = await hooks.on_elicit(params.message, dict(params.requested_schema), request_id)
         finally:
             hooks.restart_deadline()
@@ -346,6 +371,10 @@ class Connection:
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             await self._tools_changed()
+        elif isinstance(message, types.ElicitCompleteNotification):
+            hooks = self._serving()
+            if hooks is not None and hooks.on_elicit_done is not None:
+                await hooks.on_elicit_done(str(message.params.elicitation_id))
         elif isinstance(message, types.ResourceUpdatedNotification) and self.subscriptions is not None:
             await self.subscriptions.on_notification(str(message.params.uri))
         elif isinstance(message, Exception):
@@ -709,6 +738,8 @@ class ConnectionPool:
             except BaseException as exc:
                 if isinstance(exc, asyncio.CancelledError):
                     raise
+                if isinstance(exc, MCPError) and exc.error.code == URL_ELICITATION_REQUIRED:
+                    raise ConnectionFailed(url_required(exc.error)) from exc
                 if attempt < MAX_SESSION_RETRIES and conn.session_expired(exc):
                     log.info("session with %s expired; reconnecting once", config.name)
                     await self.drop(key, PENDING)

@@ -148,3 +148,25 @@ def test_a_person_answers_a_sampling_request(page: Page, alice, demo_server):
     expect(call_status(page)).to_contain_text("Succeeded")
     expect(page.locator("#result")).to_contain_text("human says: Tools can ask back.")
     assert page.problems == []
+
+
+def test_a_url_elicitation_opens_the_page_only_on_consent(page: Page, alice, demo_server):
+    demo_server.protocol = "legacy"  # the SDK's server can ask for a URL mid-call only in the handshake era
+    demo_server.save()
+    # The demo's page is "visited" without the network: the browser gets a stand-in.
+    page.context.route("https://example.org/**", lambda route: route.fulfill(body="<title>Consent</title>ok"))
+    log_in(page, "alice", "pw-alice")
+    open_playground(page, demo_server)
+    pick_tool(page, re.compile(r"^Connect an account \(URL elicitation\) "))
+    page.get_by_role("button", name="Call tool").click()
+    asked = page.get_by_role("form", name="Sign in to the demo service to connect your account.")
+    expect(asked).to_contain_text("https://example.org/consent")
+    expect(asked.locator(".url-elicitation strong")).to_have_text("example.org")
+    assert len(page.context.pages) == 1  # shown, not opened
+    page.screenshot(path=str(SCREENSHOTS / "url-elicitation.png"), full_page=True)
+    with page.context.expect_page() as opened:
+        asked.get_by_role("button", name="Open the page").click()
+    assert opened.value.url == "https://example.org/consent"
+    expect(call_status(page)).to_contain_text("Succeeded")
+    expect(page.locator("#result")).to_contain_text("account connected")
+    assert page.problems == []
