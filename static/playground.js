@@ -1,5 +1,6 @@
 import { connect, h } from "./ws.js";
 import { buildForm, FieldError, showErrors } from "./schema-form.js";
+import { nextRef, renderResourceContents } from "./content.js";
 
 const catalog = JSON.parse(document.getElementById("catalog").textContent);
 const selected = JSON.parse(document.getElementById("selected").textContent);
@@ -433,7 +434,7 @@ function renderBlock(block) {
       if (!SAFE_MEDIA.test(block.mimeType || "")) return h("p", { class: "muted", text: `Audio of type ${block.mimeType}` });
       return h("audio", { controls: true, src: `data:${block.mimeType};base64,${block.data}` });
     case "resource_link":
-      return h("p", { class: "resource-link" }, "Resource: ", h("code", { text: block.uri }), block.name ? ` (${block.name})` : "");
+      return renderResourceLink(block);
     case "resource": {
       const res = block.resource || {};
       return h("div", { class: "resource" }, h("code", { text: res.uri || "" }),
@@ -442,6 +443,32 @@ function renderBlock(block) {
     default:
       return h("pre", { class: "json", text: JSON.stringify(block, null, 2) });
   }
+}
+
+// A link to a resource: read it (resources/read on the same server) where it stands.
+const links = new Map(); // ref → the element the contents go into
+
+function renderResourceLink(block) {
+  const box = h("div", { class: "resource-contents" });
+  const read = h("button", { type: "button", class: "link", text: "Read it", onclick: () => {
+    const ref = nextRef("link");
+    links.set(ref, box);
+    read.disabled = true;
+    box.replaceChildren(h("p", { class: "muted small", text: "Reading…" }));
+    socket.send({ type: "read_resource", server: state.server.id, uri: String(block.uri || ""), ref });
+  } });
+  const title = block.title || block.name;
+  return h("div", { class: "resource-link" }, h("p", {}, "Resource: ", h("code", { text: block.uri }), title ? ` (${title})` : "",
+    block.mimeType ? ` · ${block.mimeType}` : "", " ", read), block.description ? h("p", { class: "muted small", text: block.description }) : null, box);
+}
+
+function onResourceRead(event) {
+  const box = links.get(event.ref);
+  if (!box) return;
+  links.delete(event.ref);
+  box.replaceChildren(...(event.error
+    ? [h("div", { class: "call-error", role: "alert" }, h("strong", { text: `${event.error.kind}: ` }), event.error.message)]
+    : event.contents.map(renderResourceContents)));
 }
 
 // -- approvals ------------------------------------------------------------------------------
@@ -555,7 +582,9 @@ const socket = connect({
     if (status === "connected") socket.send({ type: "list_approvals" });
   },
   onEvent(event) {
-    if (event.type === "tools") {
+    if (event.type === "resource.read") {
+      onResourceRead(event);
+    } else if (event.type === "tools") {
       const server = servers.get(event.server);
       if (!server) return;
       if (event.error) {

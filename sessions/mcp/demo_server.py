@@ -39,6 +39,7 @@ from mcp.types import (
     ListRootsResult,
     PaginatedRequestParams,
     PromptReference,
+    ResourceLink,
     ResourceTemplateReference,
     SamplingMessage,
     SubscribeRequestParams,
@@ -257,6 +258,18 @@ def list_roots() -> ListRoots:
 )
 def roots(listed: Annotated[ListRootsResult, Resolve(list_roots)]) -> dict[str, list[dict[str, str]]]:
     return {"roots": [{"uri": str(root.uri), "name": root.name or ""} for root in listed.roots]}
+
+
+@server.tool(
+    title="Link a resource",
+    description="Answer with a resource_link to the demo's read-me (the client reads it with resources/read).",
+    annotations=ToolAnnotations(readOnlyHint=True),
+)
+def link() -> list:
+    return [
+        TextContent(type="text", text="Here is the read-me:"),
+        ResourceLink(type="resource_link", uri="demo://readme", name="readme", title="Read me", mime_type="text/plain"),
+    ]
 
 
 @server.tool(

@@ -170,3 +170,16 @@ def test_a_url_elicitation_opens_the_page_only_on_consent(page: Page, alice, dem
     expect(call_status(page)).to_contain_text("Succeeded")
     expect(page.locator("#result")).to_contain_text("account connected")
     assert page.problems == []
+
+
+def test_a_resource_link_in_a_result_is_read_on_click(page: Page, alice, demo_server):
+    log_in(page, "alice", "pw-alice")
+    open_playground(page, demo_server)
+    pick_tool(page, re.compile(r"^Link a resource "))
+    page.get_by_role("button", name="Call tool").click()
+    expect(call_status(page)).to_contain_text("Succeeded")
+    link = page.locator("#result .resource-link")
+    expect(link).to_contain_text("demo://readme (Read me) · text/plain")
+    link.get_by_role("button", name="Read it").click()
+    expect(link.locator(".resource-contents pre")).to_contain_text("This is the portal's demo server.")
+    assert page.problems == []
