@@ -11,7 +11,17 @@ from django.utils import timezone
 from sessions.mcp.naming import tool_full_name
 
 from . import mcp_json
-from .models import Effect, Membership, PermissionRule, Role, Server, Team, TeamPolicy, TransportKind
+from .models import (
+    Effect,
+    ElicitationHook,
+    Membership,
+    PermissionRule,
+    Role,
+    Server,
+    Team,
+    TeamPolicy,
+    TransportKind,
+)
 from .policy import tool_fingerprint
 
 SERVER_FIELDS = (
@@ -190,3 +200,24 @@ def do_set_team_defaults(team: Team, by: Any, read_only: str, destructive: str, 
         reason=f"read-only: {read_only}, destructive: {destructive}, other: {other}",
     )
     return policy
+
+
+@transaction.atomic
+def do_add_elicitation_hook(server: Server, by: Any, fields: dict[str, Any]) -> ElicitationHook:
+    hook = ElicitationHook.objects.create(
+        server=server,
+        created_by=by,
+        message_contains=fields["message_contains"],
+        fields=fields["fields"],
+        action=fields["action"],
+        content=fields["content"] if fields["action"] == "accept" else {},
+    )
+    _audit_policy(by, server.team, None, "hook_saved", server_id=server.pk, server_name=server.name, reason=str(hook))
+    return hook
+
+
+@transaction.atomic
+def do_delete_elicitation_hook(hook: ElicitationHook, by: Any) -> None:
+    server = hook.server
+    _audit_policy(by, server.team, None, "hook_deleted", server_id=server.pk, server_name=server.name, reason=str(hook))
+    hook.delete()

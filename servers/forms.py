@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 from urllib.parse import urlsplit
@@ -14,7 +15,7 @@ from sessions.mcp.naming import VALID_NAME, normalize_name
 from sessions.mcp.variables import references
 
 from .mcp_json import MAX_BYTES as MAX_IMPORT_BYTES
-from .models import REMOTE_TRANSPORTS, Effect, ProtocolSetting, Server, Team, TeamPolicy, TransportKind
+from .models import REMOTE_TRANSPORTS, Effect, HookAction, ProtocolSetting, Server, Team, TeamPolicy, TransportKind
 from .policy import is_valid_pattern
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -279,3 +280,51 @@ class TeamDefaultsForm(forms.ModelForm):
             "destructive": "Tools that are not read-only and say destructiveHint: true, or give no hint (MCP's default).",
             "other": "Tools that are not read-only and say destructiveHint: false.",
         }
+
+
+class ElicitationHookForm(forms.Form):
+    """When a server asks this (message, fields), answer so, without asking anyone."""
+
+    message_contains = forms.CharField(
+        label="When the message contains",
+        max_length=200,
+        required=False,
+        help_text="Any case. Empty: every message.",
+    )
+    fields = forms.CharField(
+        label="And the form asks for",
+        max_length=500,
+        required=False,
+        help_text="Field names, separated by commas; the form must ask for all of them. Empty: any form.",
+    )
+    action = forms.ChoiceField(choices=HookAction.choices, initial=HookAction.ACCEPT)
+    content = forms.CharField(
+        label="Answer (JSON)",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false", "class": "json"}),
+        help_text='For Accept: the field values, e.g. {"email": "ops@example.org"}. It is checked against each '
+        "form it matches; a form it does not fit is asked of the person instead.",
+    )
+
+    def clean_fields(self) -> list[str]:
+        names = [name.strip() for name in self.cleaned_data["fields"].split(",") if name.strip()]
+        if len(names) > 50:
+            raise ValidationError("At most 50 field names.")
+        return names
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("action") == HookAction.ACCEPT:
+            text = (data.get("content") or "").strip() or "{}"
+            try:
+                content = json.loads(text)
+            except ValueError:
+                self.add_error("content", "This is not valid JSON.")
+                return data
+            if not isinstance(content, dict):
+                self.add_error("content", "The answer must be a JSON object of field values.")
+                return data
+            data["content"] = content
+        else:
+            data["content"] = {}
+        return data

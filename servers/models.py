@@ -251,3 +251,37 @@ class TeamPolicy(models.Model):
 
     def as_defaults(self) -> Defaults:
         return Defaults(read_only=self.read_only, destructive=self.destructive, other=self.other)  # type: ignore[arg-type]
+
+
+class HookAction(models.TextChoices):
+    ACCEPT = "accept", "Accept with the answer below"
+    DECLINE = "decline", "Decline"
+    CANCEL = "cancel", "Cancel"
+
+
+class ElicitationHook(models.Model):
+    """A team admin's automatic answer to a server's elicitation forms, given before anyone is asked.
+
+    It matches a form when the server's message contains `message_contains` (any case; empty matches
+    every message) and the form asks for at least every field in `fields` (empty: any form).
+    """
+
+    server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="elicitation_hooks")
+    message_contains = models.CharField(max_length=200, blank=True)
+    fields = models.JSONField(default=list, blank=True)
+    action = models.CharField(max_length=8, choices=HookAction.choices, default=HookAction.ACCEPT)
+    content = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.server}: {self.action} when {self.message_contains or 'any message'!r}"
+
+    def matches(self, message: str, schema: dict[str, Any]) -> bool:
+        if self.message_contains and self.message_contains.casefold() not in message.casefold():
+            return False
+        asked = set((schema.get("properties") or {}).keys())
+        return set(self.fields) <= asked

@@ -20,6 +20,7 @@ from django.utils import timezone
 from servers.models import Effect, PermissionRule, Server
 from servers.permissions import decide_for
 from servers.policy import ASK, DENY, Decision, definition_diff
+from sessions.mcp.elicitation import validate_answer
 from sessions.mcp.naming import tool_full_name
 from sessions.mcp.schema import validate_arguments
 
@@ -445,6 +446,37 @@ def do_request_elicitation(
 ) -> Elicitation:
     """A form (`schema` is the requested schema) or, in URL mode, a page to visit (`schema` holds its url)."""
     return Elicitation.objects.create(call_id=call_id, request_id=request_id, message=message, schema=schema, mode=mode)
+
+
+@transaction.atomic
+def do_apply_elicitation_hook(
+    call_id: str, request_id: str, message: str, schema: dict[str, Any]
+) -> tuple[Elicitation, dict[str, Any]] | None:
+    """Answer a form with the first of its server's automatic answers that matches and fits, recorded
+    and audited; None when none does (then a person is asked)."""
+    call = ToolCall.objects.select_related("server", "user").get(pk=call_id)
+    if call.server is None:
+        return None
+    for hook in call.server.elicitation_hooks.all():
+        if not hook.matches(message, schema):
+            continue
+        content = dict(hook.content) if hook.action == "accept" else None
+        if content is not None and validate_answer(schema, content):
+            continue  # it does not fit this form: better to ask than to send a wrong answer
+        row = Elicitation.objects.create(
+            call=call,
+            request_id=request_id,
+            message=message,
+            schema=schema,
+            state=hook.action,
+            response=content,
+            hook=hook,
+            answered_at=timezone.now(),
+        )
+        reason = f"Automatic answer #{hook.pk} ({hook.get_action_display().lower()}) to: {message}"
+        audit.record_for_call(AuditKind.HOOK, call, outcome=hook.action, reason=reason[:2000])
+        return row, {"action": hook.action, "content": content}
+    return None
 
 
 def do_answer_elicitation(elicitation_id: Any, state: str, response: dict[str, Any] | None = None) -> bool:

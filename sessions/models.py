@@ -220,6 +220,7 @@ class AuditKind(models.TextChoices):
     APPROVAL = "approval", "Approval"
     CALL = "call", "Call"
     POLICY = "policy", "Policy change"
+    HOOK = "hook", "Automatic answer"
 
 
 class AuditEvent(models.Model):
@@ -283,6 +284,8 @@ class Elicitation(models.Model):
     schema = models.JSONField(default=dict)
     state = models.CharField(max_length=12, choices=ElicitationState.choices, default=ElicitationState.PENDING)
     response = models.JSONField(null=True, blank=True)
+    # The team admin's automatic answer that answered it, when no person was asked.
+    hook = models.ForeignKey("servers.ElicitationHook", null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)
     answered_at = models.DateTimeField(null=True, blank=True)
 

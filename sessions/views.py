@@ -227,6 +227,17 @@ def audit_log(request: HttpRequest) -> HttpResponse:
             "query": query,
             "is_admin": is_admin,
             "kinds": AuditKind.choices,
-            "outcomes": [*CallStatus.values, "rule_saved", "rule_pinned", "rule_deleted", "defaults_saved"],
+            "outcomes": [
+                *CallStatus.values,
+                "rule_saved",
+                "rule_pinned",
+                "rule_deleted",
+                "defaults_saved",
+                "hook_saved",
+                "hook_deleted",
+                "accept",
+                "decline",
+                "cancel",
+            ],
         },
     )

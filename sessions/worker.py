@@ -343,6 +343,12 @@ async def _converse(
     loop = asyncio.get_running_loop()
 
     async def on_elicit(message: str, schema: dict[str, Any], request_id: str) -> dict[str, Any]:
+        hooked = await database_sync_to_async(actions.do_apply_elicitation_hook)(call_id, request_id, message, schema)
+        if hooked is not None:
+            row, answer = hooked
+            auto = {"type": "elicitation.auto_answered", "call": call_id, "elicitation": str(row.id)}
+            await _publish(user_id, {**auto, "message": message, "action": answer["action"], "hook": row.hook_id})
+            return answer
         row = await database_sync_to_async(actions.do_request_elicitation)(call_id, request_id, message, schema)
         eid = str(row.id)
         answer: asyncio.Future[dict[str, Any]] = loop.create_future()

@@ -332,7 +332,9 @@ $("elicitation-decline").addEventListener("click", () => answerElicitation("decl
 $("elicitation-cancel").addEventListener("click", () => answerElicitation("cancel"));
 
 function onElicitationEvent(event) {
-  if (event.type === "elicitation.completed" && event.call === state.call) {
+  if (event.type === "elicitation.auto_answered" && event.call === state.call) {
+    $("progress-message").textContent = `The server asked "${event.message}"; your team's automatic answer (${event.action}) was given.`;
+  } else if (event.type === "elicitation.completed" && event.call === state.call) {
     $("progress-message").textContent = "The server says the page is done.";
   } else if (event.type === "elicitation.requested" && event.call === state.call) {
     showElicitation(event);

@@ -462,3 +462,49 @@ def test_the_url_required_error_says_where_to_go_and_a_retry_works(alice, era_se
         }
     ]
     assert second["result"]["content"][0]["text"] == "files is authorized"
+
+
+def test_a_team_admins_automatic_answer_is_given_without_asking_and_audited(alice, bob, demo_server):
+    from django.test import Client
+
+    from sessions.models import AuditEvent
+
+    admin = Client()
+    admin.force_login(alice)
+    hooks = f"/servers/{demo_server.pk}/hooks/"
+    bad = admin.post(hooks, {"message_contains": "contact", "action": "accept", "content": "[1]"})
+    assert "The answer must be a JSON object of field values." in bad.context["form"].errors["content"]
+    answer = {"name": "Ops", "email": "ops@example.org"}
+    saved = admin.post(
+        hooks, {"message_contains": "CONTACT", "fields": "email", "action": "accept", "content": json.dumps(answer)}
+    )
+    assert saved.status_code == 302
+    # A member may use the server, not answer for the team.
+    member = Client()
+    member.force_login(bob)
+    assert member.get(hooks).status_code == 403
+    cookie = session_cookie(bob)
+
+    async def scenario():
+        async with Playground(cookie) as ws:
+            call = await _start(ws, demo_server.pk, "ask", {"topic": "the portal"})
+            auto = await ws.until("elicitation.auto_answered", call=call)
+            ended = await ws.until("call.ended", call=call)
+            asked = [e for e in ws.seen if e["type"] == "elicitation.requested"]
+            # The survey's form does not fit the answer (no such fields asked together): a person is asked.
+            other = await _start(ws, demo_server.pk, "survey", {})
+            form = await ws.until("elicitation.requested", call=other)
+            await ws.send({"type": "answer_elicitation", "elicitation": form["elicitation"], "action": "cancel"})
+            await ws.until("call.ended", call=other)
+            return auto, ended, asked
+
+    auto, ended, asked = run(scenario())
+    assert asked == []
+    assert auto["action"] == "accept"
+    assert ended["result"]["content"][0]["text"] == "will contact Ops <ops@example.org> about the portal"
+    row = Elicitation.objects.get(pk=auto["elicitation"])
+    assert (row.state, row.response, row.hook_id) == ("accept", answer, auto["hook"])
+    event = AuditEvent.objects.get(kind="hook")
+    assert (event.username, event.tool, event.outcome) == ("bob", "ask", "accept")
+    assert event.reason.startswith(f"Automatic answer #{auto['hook']} (accept with the answer below) to: Who should")
+    assert AuditEvent.objects.filter(kind="policy", outcome="hook_saved").count() == 1
