@@ -18,6 +18,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from portal.env import envbool, envfloat, envint, envlist, envsecret
+from servers.crypto import KeyConfigError, load_keyring
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("PORTAL_VAR_DIR", BASE_DIR / "var"))
@@ -48,6 +49,12 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
+
+# Credentials at rest (servers/crypto.py, docs/credentials.md): the current key first.
+try:
+    PORTAL_KEYRING = load_keyring(EMBEDDED, VAR_DIR)
+except KeyConfigError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 DEBUG = envbool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", "")
@@ -226,6 +233,18 @@ MCP_MAX_OUTPUT_TOKENS = envint("MCP_MAX_OUTPUT_TOKENS", 25_000)
 MCP_FULL_OUTPUT_MAX_BYTES = envint("MCP_FULL_OUTPUT_MAX_BYTES", 20 * 1024 * 1024)
 # A call routed to a worker that died before its heartbeat expired runs elsewhere after this long.
 PORTAL_AFFINITY_GRACE_SECONDS = envfloat("PORTAL_AFFINITY_GRACE_SECONDS", PORTAL_WORKER_HEARTBEAT_SECONDS * 3 + 1)
+
+# OAuth to upstream MCP servers (docs/credentials.md)
+PORTAL_OAUTH_REDIRECT_URI = os.environ.get("PORTAL_OAUTH_REDIRECT_URI", SITE_URL.rstrip("/") + "/oauth/callback")
+# A client ID metadata document needs an https URL; by default the portal serves its own when SITE_URL is https.
+PORTAL_OAUTH_CLIENT_METADATA_URL = os.environ.get(
+    "PORTAL_OAUTH_CLIENT_METADATA_URL",
+    SITE_URL.rstrip("/") + "/oauth/client-metadata.json" if SITE_URL.startswith("https://") else "",
+)
+PORTAL_OAUTH_REFRESH_AHEAD_SECONDS = envfloat("PORTAL_OAUTH_REFRESH_AHEAD_SECONDS", 60.0)
+PORTAL_OAUTH_REFRESH_JITTER_SECONDS = envfloat("PORTAL_OAUTH_REFRESH_JITTER_SECONDS", 30.0)
+PORTAL_OAUTH_FLOW_SECONDS = envfloat("PORTAL_OAUTH_FLOW_SECONDS", 300.0)
+PORTAL_NEEDS_AUTH_SECONDS = envint("PORTAL_NEEDS_AUTH_SECONDS", 15 * 60)
 
 LOGGING = {
     "version": 1,

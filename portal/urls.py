@@ -9,5 +9,6 @@ urlpatterns = [
     path("accounts/", include("allauth.urls")),
     path("admin/", admin.site.urls),
     path("servers/", include("servers.urls")),
+    path("", include("servers.credential_urls")),
     path("", include("sessions.urls")),
 ]

@@ -285,3 +285,7 @@ class ElicitationHook(models.Model):
             return False
         asked = set((schema.get("properties") or {}).keys())
         return set(self.fields) <= asked
+
+
+# Credentials live in a module of their own; importing them here makes them models of this app.
+from .credential_models import Credential, CredentialKind, OAuthFlow, ServerOAuth  # noqa: E402, F401

@@ -74,8 +74,10 @@ def holder(key: ConnectionKey) -> str | None:
 
 
 def connection_key_for(server: Any, user_id: int) -> ConnectionKey:
-    """The pool key a call by `user_id` to `server` will use (as sessions.worker.connection_key)."""
-    return ConnectionKey.for_owner(server.pk, server.to_config(), server.connection_owner(user_id))
+    """The pool key a call by `user_id` to `server` will use (credentials decide it: sessions/credentials.py)."""
+    from .credentials import connection_key
+
+    return connection_key(server, user_id)
 
 
 def send(task: Any, key: ConnectionKey, args: tuple[Any, ...], backup: bool = False) -> str:

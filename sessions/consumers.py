@@ -70,27 +70,32 @@ def _strings(content: dict[str, Any], name: str, limit: int = 100_000, max_items
     return value
 
 
-def _no_constant(name: str) -> Any:
-    # Python's json reads NaN and Infinity, which are not JSON; stored, they break PostgreSQL's jsonb.
+def _refuse_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
 
-def _check_text(value: Any) -> None:
-    """Refuse strings no database column can hold: NUL characters (PostgreSQL) and lone surrogates."""
+def _has_nul(value: Any) -> bool:
     if isinstance(value, str):
-        if "\x00" in value:
-            raise MessageError("Text may not contain NUL characters (U+0000).")
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise MessageError("Text must be valid Unicode (no lone surrogates).") from None
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _check_text(key)
-            _check_text(item)
-    elif isinstance(value, list):
-        for item in value:
-            _check_text(item)
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(key) or _has_nul(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(item) for item in value)
+    return False
+
+
+def _load_message(text: str) -> Any:
+    """The message as JSON that every database stores: Python's parser also takes NaN and Infinity,
+    and escapes for NUL or lone surrogates, which SQLite's and PostgreSQL's JSON columns refuse."""
+    try:
+        content = json.loads(text, parse_constant=_refuse_constant)
+        stored = json.dumps(content, ensure_ascii=False)
+        stored.encode("utf-8")  # a lone surrogate cannot be encoded
+    except (ValueError, UnicodeEncodeError, RecursionError):
+        raise MessageError("The message is not valid JSON.") from None
+    if _has_nul(content):
+        raise MessageError("The message contains a NUL character, which is not stored.")
+    return content
 
 
 class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
@@ -122,11 +127,7 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
                 raise MessageError("Send JSON text frames.")
             if len(text_data) > MAX_MESSAGE_BYTES:
                 raise MessageError(f"Messages are limited to {MAX_MESSAGE_BYTES} bytes.")
-            try:
-                content = json.loads(text_data, parse_constant=_no_constant)
-            except ValueError:
-                raise MessageError("The message is not valid JSON.") from None
-            _check_text(content)
+            content = _load_message(text_data)
             if not isinstance(content, dict):
                 raise MessageError("A message must be a JSON object with a 'type'.")
             ref = content.get("ref") if isinstance(content.get("ref"), (str, int)) else None

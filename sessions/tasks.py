@@ -4,7 +4,7 @@ from celery import shared_task
 from celery.signals import task_postrun, task_prerun, worker_init, worker_process_shutdown, worker_shutdown
 from django.db import close_old_connections
 
-from . import actions, affinity, worker
+from . import actions, affinity, credentials, oauth, worker
 
 
 @shared_task(name="sessions.run_tool_call")
@@ -67,6 +67,11 @@ def unsubscribe_resource(server_id: int, user_id: int, uri: str, subscriber: str
     worker.execute_unsubscribe_resource(server_id, user_id, uri, subscriber, ref)
 
 
+@shared_task(name="sessions.authorize_server")
+def authorize_server(flow_id: int, reply_channel: str) -> None:
+    oauth.start_authorization(flow_id, reply_channel)
+
+
 @worker_init.connect
 def _on_worker_init(sender=None, **_kwargs) -> None:
     # Besides the shared queue, each worker consumes a queue of its own, where the calls for the
@@ -74,6 +79,7 @@ def _on_worker_init(sender=None, **_kwargs) -> None:
     if sender is not None:
         sender.app.amqp.queues.select_add(affinity.own_queue())
     worker.start_heartbeat()
+    credentials.start_listener(worker.get_pool())
 
 
 @worker_shutdown.connect

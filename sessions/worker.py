@@ -28,7 +28,7 @@ from servers import actions as server_actions
 from servers.models import Membership, Server
 from servers.permissions import describe_tools
 
-from . import actions, affinity
+from . import actions, affinity, credentials
 from .affinity import WORKER_NAME
 from .mcp.config import ConnectionKey, Negotiated, ServerConfig
 from .mcp.elicitation import defaults
@@ -78,12 +78,6 @@ def shutdown_pool() -> None:
 
 def user_group(user_id: int) -> str:
     return f"user.{user_id}"
-
-
-def connection_key(server: Server, config: ServerConfig, user_id: int) -> ConnectionKey:
-    # One session per (server, user) unless the server is shared: a stdio process holding one
-    # user's state never serves another.
-    return ConnectionKey.for_owner(server.pk, config, server.connection_owner(user_id))
 
 
 async def _publish(user_id: int, event: dict[str, Any]) -> None:
@@ -141,6 +135,9 @@ class WorkerEvents(PoolEvents):
                 affinity.forget(key)
         except Exception:  # noqa: BLE001 - a cache outage costs affinity, not the call
             log.warning("could not update the routing of %s", key, exc_info=True)
+
+        if failure is not None:
+            failure = credentials.scrubbed(failure)
 
         async def record() -> None:
             event = await database_sync_to_async(actions.do_set_connection_status)(
@@ -262,8 +259,22 @@ def _run_call(call: ToolCall, progress: list[dict[str, Any]] | None = None) -> C
     if server is None or not server.enabled:
         reason = "The server was deleted." if server is None else f"{server.name} is disabled."
         return CallOutcome(CallStatus.REJECTED, failure=Failure("server_unavailable", reason))
-    config = server.to_config()
-    key = connection_key(server, config, call.user_id)
+    prepared = credentials.prepare(server, call.user_id)
+    if prepared.failure is not None:
+        outcome: CallOutcome | None = CallOutcome(CallStatus.FAILED, failure=prepared.failure)
+    else:
+        outcome = _call_prepared(call, server, prepared.config, prepared.key, progress)
+    # Secrets the server echoed are redacted, and a server asking for authorization is remembered.
+    return None if outcome is None else credentials.settle(server, call.user_id, prepared, outcome)
+
+
+def _call_prepared(
+    call: ToolCall,
+    server: Server,
+    config: ServerConfig,
+    key: ConnectionKey,
+    progress: list[dict[str, Any]] | None,
+) -> CallOutcome | None:
     pool = get_pool()
     call_id, user_id = str(call.id), call.user_id
     backstop = config.connect_timeout + config.request_timeout + 30
@@ -471,15 +482,19 @@ def execute_list_tools(server_id: int, user_id: int, refresh: bool) -> None:
             {"type": "tools", "server": server_id, "error": {"kind": "unknown_server", "message": "Unknown server."}},
         )
         return
-    config = server.to_config()
+    prepared = credentials.prepare(server, user_id)
+    config = prepared.config
     pool = get_pool()
     try:
+        if prepared.failure is not None:
+            raise ConnectionFailed(prepared.failure)
         tools = pool.run(
-            pool.list_tools(connection_key(server, config, user_id), config, refresh),
+            pool.list_tools(prepared.key, config, refresh),
             timeout=config.connect_timeout + config.request_timeout + 30,
         )
     except ConnectionFailed as exc:
-        publish(user_id, {"type": "tools", "server": server_id, "error": exc.failure.as_dict()})
+        failure = credentials.settle_failure(server, user_id, prepared, exc.failure)
+        publish(user_id, {"type": "tools", "server": server_id, "error": failure.as_dict()})
         return
     server_actions.do_record_tools(server_id, tools)
     described = describe_tools(server, user_id, tools)
@@ -490,12 +505,17 @@ def execute_test_connection(server_id: int, user_id: int) -> None:
     server = Server.objects.filter(pk=server_id).first()
     if server is None:
         return
-    config = server.to_config()
+    # The admin tests with their own credentials, as any user would connect.
+    prepared = credentials.prepare(server, user_id)
+    config = prepared.config
     pool = get_pool()
     try:
+        if prepared.failure is not None:
+            raise ConnectionFailed(prepared.failure)
         info = pool.run(pool.probe(config), timeout=config.connect_timeout + config.request_timeout + 30)
     except ConnectionFailed as exc:
-        result: dict[str, Any] = {"ok": False, **exc.failure.as_dict()}
+        failure = credentials.settle_failure(server, user_id, prepared, exc.failure)
+        result: dict[str, Any] = {"ok": False, **failure.as_dict()}
     else:
         server_actions.do_record_tools(server_id, info.pop("tools"))
         negotiated = info.pop("negotiated", None)
@@ -530,13 +550,17 @@ def _on_server(
         message = "Unknown server." if server is None else f"{server.name} is disabled."
         publish(user_id, {**event, "error": Failure("server_unavailable", message).as_dict()})
         return
-    config = server.to_config()
+    prepared = credentials.prepare(server, user_id)
+    config = prepared.config
     pool = get_pool()
     backstop = config.connect_timeout + config.request_timeout + 30
     try:
-        data = pool.run(work(pool, connection_key(server, config, user_id), config), timeout=backstop)
+        if prepared.failure is not None:
+            raise ConnectionFailed(prepared.failure)
+        data = pool.run(work(pool, prepared.key, config), timeout=backstop)
     except ConnectionFailed as exc:
-        publish(user_id, {**event, "error": exc.failure.as_dict()})
+        failure = credentials.settle_failure(server, user_id, prepared, exc.failure)
+        publish(user_id, {**event, "error": failure.as_dict()})
         return
     except concurrent.futures.TimeoutError:
         publish(user_id, {**event, "error": Failure("timeout", f"the worker gave up after {backstop:g} s").as_dict()})

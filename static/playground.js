@@ -215,6 +215,9 @@ function renderOutcome(event) {
   if (event.error) {
     out.append(h("div", { class: "call-error", role: "alert" }, h("strong", { text: event.error_kind ? `${event.error_kind}: ` : "" }), event.error));
   }
+  if (event.error_kind === "needs_auth") {
+    out.append(h("p", {}, h("a", { class: "button primary", href: `/credentials/#server-${event.server}`, text: "Connect your account" })));
+  }
   if (event.details?.errors) showArgumentErrors(event.details.errors);
   for (const wanted of event.details?.elicitations || []) {
     // Error -32042: pages to visit before the call can work; then the person retries it.

@@ -315,3 +315,37 @@ def mcp1_python() -> str:
         pytest.skip(f"PyPI is unreachable, so the mcp 1.x server cannot be installed: {output[-300:]!r}")
     ready.touch()
     return str(python)
+
+
+# -- a real OAuth authorization server in front of an MCP server (tests/oauth_server.py) -----------
+
+
+@pytest.fixture(scope="session")
+def oauth_base() -> Iterator[str]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.oauth_server", "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for_port(port, process=process)
+    yield f"http://127.0.0.1:{port}"
+    stop(process)
+
+
+@pytest.fixture
+def oauth_server(alice, oauth_base):
+    """An OAuth-protected Streamable HTTP server registered in Acme (the tests share one authorization server)."""
+    from servers.models import Server
+    from tests.oauth_helpers import control
+
+    control(oauth_base, expires_in=3600, refresh_error=None, refresh_status=400, refresh_delay=0.0)
+    return Server.objects.create(
+        team=alice.memberships.get().team,
+        name="guarded",
+        transport="http",
+        url=f"{oauth_base}/mcp",
+        request_timeout=10,
+        created_by=alice,
+    )

@@ -82,6 +82,9 @@ class ServerConfig:
     negotiated: Negotiated | None = None
     # Where `${VAR}` comes from; left out of equality, repr and the fingerprint.
     variables: tuple[Mapping[str, str], ...] = field(default=(), compare=False, repr=False)
+    # An httpx2.Auth for HTTP transports (the user's OAuth provider, sessions/mcp/auth.py).
+    # Not data: left out of comparisons and of the fingerprint.
+    auth: Any = field(default=None, compare=False, repr=False)
 
     @property
     def is_local(self) -> bool:

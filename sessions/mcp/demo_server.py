@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import hashlib
 import json
 import os
 import struct
@@ -342,6 +343,16 @@ _notes: list[str] = []
 def write_note(text: str) -> str:
     _notes.append(text)
     return f"saved note {len(_notes)}: {text}"
+
+
+@server.tool(
+    title="Digest of an environment variable",
+    description="The SHA-256 of an environment variable's value (shows a secret arrived without showing it).",
+    annotations=ToolAnnotations(readOnlyHint=True),
+)
+def env_digest(name: str) -> str:
+    value = os.environ.get(name)
+    return "unset" if value is None else hashlib.sha256(value.encode()).hexdigest()
 
 
 @server.tool(

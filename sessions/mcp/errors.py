@@ -13,6 +13,7 @@ import anyio
 import httpx2
 from mcp.shared.exceptions import MCPError
 
+from .auth import OAuthFlowError, auth_failure
 from .config import ServerConfig
 from .variables import MissingVariable
 
@@ -136,6 +137,9 @@ def diagnose(
     """
     if isinstance(exc, ConnectionFailed):
         return exc.failure
+    oauth = auth_failure(_first(exc, OAuthFlowError) or getattr(config.auth, "last_error", None))
+    if oauth is not None:
+        return oauth
     target = f"the server {config.name!r}" if config.transport == "stdio" else config.url
 
     os_error = _first(exc, OSError)

@@ -652,6 +652,10 @@ class ConnectionPool:
         await self.close_all()
         await self.events.aclose()
 
+    def keys_for(self, server_id: int) -> list[ConnectionKey]:
+        """The keys of the live connections to a server (to close those whose credentials changed)."""
+        return [key for key in self._connections if key.server_id == server_id]
+
     async def close_all(self) -> None:
         keys = list(self._connections)
         await asyncio.gather(*(self.drop(key) for key in keys), return_exceptions=True)

@@ -124,6 +124,7 @@ def _http_client(config: ServerConfig, trace: HttpTrace, headers: dict[str, str]
         timeout=httpx2.Timeout(config.connect_timeout, read=None),
         follow_redirects=False,
         event_hooks={"response": [trace.on_response]},
+        auth=config.auth,
     )
 
 

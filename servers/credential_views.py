@@ -1,0 +1,286 @@
+"""My credentials, token health, the OAuth connect and callback, and the admin's OAuth settings.
+
+Pages show names, kinds, "set"/"not set", scopes and expiry: never a value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+
+from sessions.mcp.secrets import referenced_secrets
+
+from . import credential_actions as actions
+from .credential_forms import OAuthSettingsForm, SecretForm
+from .credential_models import Credential, CredentialKind, OAuthFlow, ServerOAuth, hash_state
+from .models import Server, TransportKind
+
+
+def _safe_next(request: HttpRequest, default: str) -> str:
+    target = request.POST.get("next") or request.GET.get("next") or ""
+    if target and url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}):
+        return target
+    return default
+
+
+def server_needs(server: Server, user: Any, rows: list[Credential]) -> dict[str, Any]:
+    """What this user must still provide for a server, from rows already loaded (nothing decrypted)."""
+    from sessions.credentials import known_needs_auth, owner_of, revision
+
+    mine = [r for r in rows if r.user_id == user.pk]
+    team = [r for r in rows if r.team_id is not None]
+    names = sorted(referenced_secrets(server.to_config()))
+    secrets = []
+    for name in names:
+        own = next((r for r in mine if r.kind == CredentialKind.SECRET and r.name == name), None)
+        shared = next((r for r in team if r.kind == CredentialKind.SECRET and r.name == name), None)
+        secrets.append({"name": name, "own": own, "shared": shared, "set": bool(own or shared)})
+    extra = [r for r in mine if r.kind == CredentialKind.SECRET and r.name not in names]
+    oauth = next((r for r in mine if r.kind == CredentialKind.OAUTH), None)
+    team_oauth = next((r for r in team if r.kind == CredentialKind.OAUTH), None)
+    oauth_settings = getattr(server, "oauth", None)
+    uses_oauth = server.transport != TransportKind.STDIO and (oauth_settings is None or oauth_settings.enabled)
+    needs_auth = known_needs_auth(server.pk, owner_of(user.pk), f"{server.to_config().fingerprint()}.{revision(rows)}")
+    missing = [s["name"] for s in secrets if not s["set"]]
+    return {
+        "server": server,
+        "secrets": secrets,
+        "extra": extra,
+        "oauth": oauth,
+        "team_oauth": team_oauth,
+        "uses_oauth": uses_oauth,
+        "needs_auth": needs_auth,
+        "missing": missing,
+        "attention": bool(missing or needs_auth or (oauth and oauth.last_error and not oauth.has_tokens)),
+        "is_admin": server.is_admin(user),
+    }
+
+
+def _visible(user: Any):
+    return Server.objects.visible_to(user).select_related("team", "oauth").distinct()
+
+
+@login_required
+def my_credentials(request: HttpRequest) -> HttpResponse:
+    servers = list(_visible(request.user))
+    rows = list(
+        Credential.objects.filter(server__in=servers, user=request.user)
+        | Credential.objects.filter(server__in=servers, team__memberships__user=request.user)
+    )
+    entries = [server_needs(server, request.user, [r for r in rows if r.server_id == server.pk]) for server in servers]
+    entries.sort(key=lambda e: (not e["attention"], e["server"].name.lower()))
+    return render(
+        request,
+        "servers/credentials.html",
+        {"entries": entries, "attention": sum(1 for e in entries if e["attention"]), "form": SecretForm()},
+    )
+
+
+@login_required
+@require_POST
+def set_secret(request: HttpRequest, server_id: int) -> HttpResponse:
+    server = get_object_or_404(_visible(request.user), pk=server_id)
+    form = SecretForm(request.POST)
+    back = _safe_next(request, reverse("my_credentials") + f"#server-{server.pk}")
+    if not form.is_valid():
+        messages.error(request, " ".join(e for errors in form.errors.values() for e in errors))
+        return redirect(back)
+    data = form.cleaned_data
+    try:
+        if data["for_team"]:
+            actions.do_set_secret(server, data["name"], data["value"], by=request.user, team=server.team)
+        else:
+            actions.do_set_secret(server, data["name"], data["value"], by=request.user, user=request.user)
+    except actions.CredentialError as exc:
+        messages.error(request, str(exc))
+        return redirect(back)
+    whose = "the team's" if data["for_team"] else "your"
+    messages.success(request, f"Saved {whose} {data['name']} for {server.name}.")
+    return redirect(back)
+
+
+@login_required
+@require_POST
+def revoke_credential(request: HttpRequest, credential_id: int) -> HttpResponse:
+    credential = get_object_or_404(Credential.objects.select_related("server"), pk=credential_id)
+    visible = Server.objects.visible_to(request.user).filter(pk=credential.server_id).exists()
+    if not visible or not actions.can_manage(credential, request.user):
+        return HttpResponse("Not yours to revoke.", status=404)
+    what = credential.name if credential.kind == CredentialKind.SECRET else "OAuth connection"
+    actions.do_revoke_credential(credential)
+    messages.success(request, f"Removed the {what} for {credential.server.name}; its connections are closed.")
+    return redirect(_safe_next(request, reverse("my_credentials")))
+
+
+@login_required
+def token_health(request: HttpRequest) -> HttpResponse:
+    servers = list(_visible(request.user))
+    tokens = (
+        Credential.objects.filter(kind=CredentialKind.OAUTH, server__in=servers)
+        .filter(user=request.user)
+        .select_related("server")
+        .order_by("server__name")
+    )
+    team_tokens = (
+        Credential.objects.filter(kind=CredentialKind.OAUTH, server__in=servers, team__isnull=False)
+        .select_related("server", "team")
+        .order_by("server__name")
+    )
+    return render(request, "servers/token_health.html", {"tokens": tokens, "team_tokens": team_tokens})
+
+
+@login_required
+def oauth_settings(request: HttpRequest, server_id: int) -> HttpResponse:
+    server = get_object_or_404(_visible(request.user), pk=server_id)
+    if not server.is_admin(request.user):
+        return HttpResponse("Only the team's admins can change OAuth settings.", status=403)
+    instance = ServerOAuth.objects.filter(server=server).first()
+    form = OAuthSettingsForm(request.POST or None, instance=instance)
+    if request.method == "POST" and form.is_valid():
+        actions.do_set_oauth_settings(server, form.cleaned_data)
+        messages.success(request, f"Saved the OAuth settings of {server.name}.")
+        return redirect("server_detail", server_id=server.pk)
+    return render(request, "servers/oauth_settings.html", {"server": server, "form": form, "instance": instance})
+
+
+def client_metadata(request: HttpRequest) -> JsonResponse:
+    """The portal's OAuth client ID metadata document (used as client_id where servers support it)."""
+    return JsonResponse(
+        {
+            "client_id": settings.PORTAL_OAUTH_CLIENT_METADATA_URL or request.build_absolute_uri(),
+            "client_name": "MCP Portal",
+            "client_uri": settings.SITE_URL,
+            "redirect_uris": [settings.PORTAL_OAUTH_REDIRECT_URI],
+            "grant_types": ["authorization_code", "refresh_token"],
+            "response_types": ["code"],
+            "token_endpoint_auth_method": "none",
+            "application_type": "web",
+        }
+    )
+
+
+# -- OAuth: Connect, and the callback ----------------------------------------------------------------
+
+
+@database_sync_to_async
+def _visible_server(user: Any, server_id: int) -> Server | None:
+    return _visible(user).filter(pk=server_id).first()
+
+
+@asynccontextmanager
+async def _reply_layer() -> AsyncIterator[Any]:
+    """A channel layer to receive one reply on.
+
+    channels_redis keeps one receive lock per layer instance, bound to the event loop that first
+    used it; a view's loop is not the consumers' (in tests each request even has its own), so a
+    view that waits for a reply uses an instance of its own. The embedded layer is shared memory:
+    it must be the one instance, and is safe across loops.
+    """
+    from channels.layers import channel_layers
+
+    from portal.channel_layer import EmbeddedChannelLayer
+
+    shared = get_channel_layer()
+    if isinstance(shared, EmbeddedChannelLayer):
+        yield shared
+        return
+    layer = channel_layers.make_backend("default")
+    try:
+        yield layer
+    finally:
+        await layer.close_pools()
+
+
+async def _wait(layer: Any, channel: str, seconds: float) -> dict[str, Any] | None:
+    try:
+        return await asyncio.wait_for(layer.receive(channel), seconds)
+    except TimeoutError:
+        return None
+
+
+def _after(request: HttpRequest, message: dict[str, Any] | None, back: str) -> HttpResponse:
+    if message is None:
+        messages.error(request, "No worker answered in time. Try again in a moment.")
+    elif message.get("type") == "oauth.redirect":
+        # Off to the authorization server's page (another one, for a step-up).
+        return HttpResponseRedirect(message["url"])
+    elif message.get("ok"):
+        messages.success(request, message.get("message", "Connected."))
+    else:
+        messages.error(request, message.get("message", "The connection failed."))
+    return redirect(back)
+
+
+@login_required
+@require_POST
+async def oauth_connect(request: HttpRequest, server_id: int) -> HttpResponse:
+    """Start an authorization in a worker; follow it to the server's authorization page."""
+    from sessions import tasks
+
+    user = await request.auser()
+    back = _safe_next(request, reverse("my_credentials") + f"#server-{server_id}")
+    server = await _visible_server(user, server_id)
+    if server is None:
+        return HttpResponse("Unknown server.", status=404)
+    try:
+        flow = await database_sync_to_async(actions.do_start_oauth_flow)(
+            server, user, back, settings.PORTAL_OAUTH_FLOW_SECONDS, for_team=bool(request.POST.get("for_team"))
+        )
+    except actions.CredentialError as exc:
+        messages.error(request, str(exc))
+        return redirect(back)
+    async with _reply_layer() as layer:
+        reply = await layer.new_channel()
+        await database_sync_to_async(tasks.authorize_server.delay)(flow.pk, reply)
+        # Discovery and registration happen before the authorization URL exists.
+        answer = await _wait(layer, reply, settings.MCP_CONNECT_TIMEOUT + 15)
+    return _after(request, answer, back)
+
+
+@database_sync_to_async
+def _claim_flow(user: Any, state: str) -> tuple[OAuthFlow, str] | None:
+    from django.utils import timezone
+
+    if not state:
+        return None
+    now = timezone.now()
+    # Compare-and-set: a callback replayed, or opened by another account, finds nothing.
+    claimed = OAuthFlow.objects.filter(
+        state_hash=hash_state(state), user=user, status=OAuthFlow.Status.WAITING, expires_at__gt=now
+    ).update(status=OAuthFlow.Status.CALLBACK)
+    if claimed != 1:
+        return None
+    flow = OAuthFlow.objects.get(state_hash=hash_state(state))
+    return flow, flow.channel()
+
+
+@login_required
+async def oauth_callback(request: HttpRequest) -> HttpResponse:
+    """Where the authorization server sends the browser back; hands the code to the waiting worker."""
+    user = await request.auser()
+    params = request.GET
+    claimed = await _claim_flow(user, params.get("state", ""))
+    if claimed is None:
+        messages.error(request, "This sign-in link has expired or was already used. Connect again.")
+        return redirect("my_credentials")
+    flow, channel = claimed
+    answer = {name: params[name] for name in ("code", "state", "iss", "error", "error_description") if name in params}
+    async with _reply_layer() as layer:
+        reply = await layer.new_channel()
+        await layer.send(channel, {"type": "oauth.callback", "reply": reply, **answer})
+        # The worker exchanges the code and completes the handshake before it answers.
+        outcome = await _wait(layer, reply, settings.MCP_CONNECT_TIMEOUT + 30)
+    return _after(request, outcome, flow.return_to or "my_credentials")

@@ -1,0 +1,266 @@
+"""The worker's side of credentials: the only Django code that decrypts them, at connect time.
+
+`prepare()` turns a server and a user into what the pool needs: the config with the user's
+secrets filled in (and an OAuth provider backed by the encrypted Credential row), the
+connection key, or the reason the call cannot start ("Connect your account"). Values never
+leave this process except to the MCP server itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.conf import settings
+from django.core.cache import cache
+from django.db.models import Q
+from django.urls import reverse
+
+from servers.credential_models import Credential, CredentialKind
+from servers.crypto import CredentialUnreadable
+from servers.models import Server
+
+from .mcp.config import ConnectionKey, ServerConfig
+from .mcp.errors import Failure
+from .mcp.pool import CallOutcome
+from .mcp.secrets import MissingSecrets, expand_secrets, redact, redact_known, referenced_secrets, remember
+
+log = logging.getLogger(__name__)
+
+NEEDS_AUTH = "needs_auth"
+
+
+def owner_of(user_id: int) -> str:
+    return f"user:{user_id}"
+
+
+def connect_url(server_id: int) -> str:
+    return reverse("my_credentials") + f"#server-{server_id}"
+
+
+def needs_auth_failure(server: Server, message: str) -> Failure:
+    return Failure(NEEDS_AUTH, f"Connect your account: {message}")
+
+
+# -- which credentials apply ------------------------------------------------------------------
+
+
+def applicable(server: Server, user_id: int) -> list[Credential]:
+    """The user's own credentials for the server, then the team's shared ones.
+
+    A shared server holds one session for the whole team, so only the team's credentials
+    may go into it: one member's secret must never serve the others.
+    """
+    if server.shared:
+        return list(Credential.objects.filter(server=server, team_id=server.team_id))
+    return list(Credential.objects.filter(server=server).filter(Q(user_id=user_id) | Q(team_id=server.team_id)))
+
+
+def connection_key(server: Server, user_id: int, rows: list[Credential] | None = None) -> ConnectionKey:
+    """The pool key of a call by `user_id`: the config as the admin wrote it plus which credentials
+    apply (never their values), owned by the user, or by the team when the server is shared."""
+    rows = applicable(server, user_id) if rows is None else rows
+    current = f"{server.to_config().fingerprint()}.{revision(rows)}"
+    return ConnectionKey(server.pk, current, server.connection_owner(user_id))
+
+
+def pick(rows: list[Credential], kind: str, name: str = "") -> Credential | None:
+    """The user's own value wins over the team's."""
+    own = [r for r in rows if r.kind == kind and r.name == name and r.user_id is not None]
+    shared = [r for r in rows if r.kind == kind and r.name == name and r.team_id is not None]
+    return (own or shared or [None])[0]
+
+
+def revision(rows: list[Credential]) -> str:
+    """Changes when a person sets, replaces or removes a credential, not when a token refreshes."""
+    marks = sorted(f"{row.pk}.{row.generation}" for row in rows)
+    return hashlib.sha256(",".join(marks).encode()).hexdigest()[:12]
+
+
+# -- the needs-auth cache (per user and server) ---------------------------------------------------
+
+
+def _needs_auth_key(server_id: int, owner: str) -> str:
+    return f"portal:needs-auth:{server_id}:{owner}"
+
+
+def mark_needs_auth(server_id: int, owner: str, message: str, revision: str) -> None:
+    entry = {"message": message, "revision": revision}
+    cache.set(_needs_auth_key(server_id, owner), entry, timeout=settings.PORTAL_NEEDS_AUTH_SECONDS)
+
+
+def clear_needs_auth(server_id: int, owner: str) -> None:
+    cache.delete(_needs_auth_key(server_id, owner))
+
+
+def known_needs_auth(server_id: int, owner: str, revision: str | None = None) -> dict[str, Any] | None:
+    """The cached "needs your authorization", unless the credentials changed since (the user connected)."""
+    entry = cache.get(_needs_auth_key(server_id, owner))
+    if entry is None or (revision is not None and entry.get("revision") != revision):
+        return None
+    return entry
+
+
+# -- preparing a connection --------------------------------------------------------------------
+
+
+@dataclass
+class Prepared:
+    """What the worker connects with, or why it must not try."""
+
+    config: ServerConfig
+    key: ConnectionKey
+    secrets: dict[str, str] = field(default_factory=dict)
+    failure: Failure | None = None
+    revision: str = ""
+
+    def redact(self, text: str) -> str:
+        return redact(text, self.secrets) if self.secrets else text
+
+
+def prepare(server: Server, user_id: int, with_oauth: bool = True, connecting: bool = False) -> Prepared:
+    """`connecting`: the user pressed Connect, so what the needs-auth cache says does not apply."""
+    base = server.to_config()
+    owner = owner_of(user_id)
+    rows = applicable(server, user_id)
+    key = connection_key(server, user_id, rows)
+    # The needs-auth mark holds for this exact config and these credentials only.
+    current = key.fingerprint
+    cached = None if connecting else known_needs_auth(server.pk, owner, current)
+    if cached is not None:
+        return Prepared(base, key, failure=Failure(NEEDS_AUTH, cached["message"]), revision=current)
+    names = referenced_secrets(base)
+    secrets: dict[str, str] = {}
+    for name in sorted(names):
+        row = pick(rows, CredentialKind.SECRET, name)
+        if row is None:
+            continue
+        try:
+            secrets[name] = row.open()
+        except CredentialUnreadable as exc:
+            return Prepared(base, key, failure=needs_auth_failure(server, f"your {name} for {server.name}: {exc}"))
+    remember(secrets)
+    try:
+        config = expand_secrets(base, secrets)
+    except MissingSecrets as exc:
+        what = ", ".join(exc.names)
+        return Prepared(base, key, failure=needs_auth_failure(server, f"set {what} for {server.name}."))
+    if with_oauth and not server.shared:
+        # OAuth tokens are a person's: a session shared by the team never carries one.
+        from .oauth import attach_provider
+
+        config = attach_provider(config, server, user_id, rows)
+    return Prepared(config, key, secrets=secrets, revision=current)
+
+
+def with_redaction(prepared: Prepared, failure: Failure | None) -> Failure | None:
+    if failure is None or not prepared.secrets:
+        return failure
+    return dataclasses.replace(
+        failure, message=prepared.redact(failure.message), stderr_tail=prepared.redact(failure.stderr_tail)
+    )
+
+
+def scrubbed(failure: Failure) -> Failure:
+    """A diagnosis made without the call's context (a connection's status) with every secret this
+    process knows redacted: a URL or a server's stderr may carry one."""
+    return dataclasses.replace(
+        failure, message=redact_known(failure.message), stderr_tail=redact_known(failure.stderr_tail)
+    )
+
+
+def settle_failure(server: Server, user_id: int, prepared: Prepared, failure: Failure) -> Failure:
+    """Redact the user's secrets from a diagnosis; remember a server that asked for authorization."""
+    failure = with_redaction(prepared, failure) or failure
+    if failure.kind == NEEDS_AUTH and prepared.failure is None:
+        # Learned from the server itself: do not ask it again for a while, unless the user connects.
+        mark_needs_auth(server.pk, owner_of(user_id), failure.message, prepared.revision)
+    return failure
+
+
+def settle(server: Server, user_id: int, prepared: Prepared, outcome: CallOutcome) -> CallOutcome:
+    if outcome.failure is not None:
+        outcome.failure = settle_failure(server, user_id, prepared, outcome.failure)
+    if outcome.result is not None and prepared.secrets:
+        # A server that echoes its API key back must not put it in the call record or the browser.
+        outcome.result = json.loads(prepared.redact(json.dumps(outcome.result)))
+    return outcome
+
+
+# -- telling every worker that credentials changed --------------------------------------------------
+
+WORKERS_GROUP = "portal.workers"
+EVERYONE = "*"
+
+
+def credential_changed_message(server_id: int, owner: str) -> dict[str, Any]:
+    """For group_send to WORKERS_GROUP: close the connections that used the old credential."""
+    return {"type": "credential.changed", "server": server_id, "owner": owner}
+
+
+async def listen_for_changes(pool: Any) -> None:
+    """Runs on the pool loop of every worker process: acts on credential.changed messages."""
+    import asyncio
+
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    # The default prefix, always: channels_redis reads all of a process's channels through one
+    # key per prefix, and only one receive loop runs; a channel with another prefix is never read.
+    channel = await layer.new_channel()
+    while True:
+        try:
+            # Re-joined now and then: channel-layer groups forget members after a day.
+            await layer.group_add(WORKERS_GROUP, channel)
+            message = await asyncio.wait_for(layer.receive(channel), 3600)
+        except TimeoutError:
+            continue
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a channel-layer outage must not end the listener
+            # Redis read timeouts on an idle blocking receive are routine; anything else is worth a line.
+            quiet = "timeout" in type(exc).__name__.lower()
+            log.log(logging.DEBUG if quiet else logging.WARNING, "credential change listener: %r; retrying", exc)
+            await asyncio.sleep(0.2 if quiet else 1.0)
+            continue
+        if message.get("type") == "credential.changed":
+            await close_outdated(pool, message.get("server"), message.get("owner"))
+
+
+async def close_outdated(pool: Any, server_id: Any, owner: Any) -> int:
+    """Close the connections that used a credential that changed; a connection opened since has
+    the new revision in its key and stays."""
+    from channels.db import database_sync_to_async
+
+    if not isinstance(server_id, int):
+        return 0
+    keys = [key for key in pool.keys_for(server_id) if owner == EVERYONE or key.owner == owner]
+    current = await database_sync_to_async(_current_fingerprints)(server_id, {key.owner for key in keys})
+    outdated = [key for key in keys if current.get(key.owner) != key.fingerprint]
+    for key in outdated:
+        await pool.drop(key)
+    if outdated:
+        log.info("closed %d connection(s) after a credential change on server %s", len(outdated), server_id)
+    return len(outdated)
+
+
+def _current_fingerprints(server_id: int, owners: set[str]) -> dict[str, str]:
+    server = Server.objects.filter(pk=server_id).first()
+    if server is None:
+        return {}
+    base = server.to_config().fingerprint()
+    found = {}
+    for owner in owners:
+        if owner.startswith("user:"):
+            found[owner] = f"{base}.{revision(applicable(server, int(owner[5:])))}"
+        elif owner.startswith("team:") and server.shared:
+            found[owner] = f"{base}.{revision(list(Credential.objects.filter(server=server, team_id=server.team_id)))}"
+    return found
+
+
+def start_listener(pool: Any) -> None:
+    pool.submit(listen_for_changes(pool))

@@ -1,0 +1,93 @@
+"""Driving the test authorization server (tests/oauth_server.py) like a person with a browser would.
+
+There are no browser tests in this project yet, so the consent page is driven with httpx:
+the authorization URL is fetched, its form submitted, and the redirect to the portal's
+callback is followed by the logged-in Django test client.
+"""
+
+from __future__ import annotations
+
+import re
+from html import unescape
+from urllib.parse import urlsplit
+
+import httpx
+
+
+def approve(authorization_url: str, username: str, decision: str = "allow") -> str:
+    """Consent as `username`; returns the portal callback path (with query) the server redirected to."""
+    with httpx.Client(timeout=10) as http:
+        page = http.get(authorization_url)
+        assert page.status_code == 200, page.text
+        fields = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', page.text))
+        fields = {name: unescape(value) for name, value in fields.items()}
+        answer = http.post(
+            str(page.url.copy_with(query=None)), data={**fields, "username": username, "decision": decision}
+        )
+        assert answer.status_code == 302, answer.text
+    location = urlsplit(answer.headers["location"])
+    return f"{location.path}?{location.query}"
+
+
+def stats(base: str) -> dict[str, int]:
+    return httpx.get(f"{base}/_stats", timeout=10).json()
+
+
+def control(base: str, **changes) -> None:
+    httpx.post(f"{base}/_control", json=changes, timeout=10).raise_for_status()
+
+
+def connect(client, server_id: int, username: str, next_url: str = "/credentials/") -> str:
+    """Press "Connect your account", consent, come back; returns where the portal sent the browser."""
+    started = client.post(f"/credentials/{server_id}/connect/", {"next": next_url})
+    assert started.status_code == 302, started.content
+    assert not started["Location"].startswith("/"), f"expected the authorization page, got {started['Location']}"
+    back = client.get(approve(started["Location"], username))
+    assert back.status_code == 302, back.content
+    return back["Location"]
+
+
+def expire_stored_token(credential) -> None:
+    """Make the stored access token look expired to the client (the server would still take it)."""
+    import json
+    import time
+
+    payload = credential.open_json()
+    payload["expires_at"] = time.time() - 5
+    credential.seal(json.dumps(payload))
+    credential.save(update_fields=["ciphertext", "key_id"])
+
+
+def worker_processes(server_id: int, user_id: int, count: int, tool: str | None = None) -> list[dict]:
+    """Run `count` fresh worker processes at once against the test database; their outcomes."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from django.conf import settings
+    from django.db import connection
+
+    from tests.conftest import ROOT
+
+    env = dict(os.environ)
+    db = connection.settings_dict
+    if settings.EMBEDDED:
+        env["PORTAL_SQLITE_PATH"] = str(db["NAME"])
+    else:
+        env["DATABASE_URL"] = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    args = [sys.executable, "-m", "tests.worker_step", str(server_id), str(user_id), *([tool] if tool else [])]
+    processes = [
+        subprocess.Popen(args, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for _ in range(count)
+    ]
+    for process in processes:
+        assert process.stdout.readline().strip() == "ready"
+    for process in processes:  # all of them go at once
+        process.stdin.write("go\n")
+        process.stdin.flush()
+    outcomes = []
+    for process in processes:
+        out, _ = process.communicate(timeout=120)
+        outcomes.append(json.loads(out.strip().splitlines()[-1]))
+    return outcomes
