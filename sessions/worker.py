@@ -346,7 +346,7 @@ async def _converse(
     seconds_to_answer: float,
 ) -> CallOutcome:
     """Run the call while listening on a channel of its own for the person behind it: Cancel, and
-    answers to the server's elicitations (docs/websocket-protocol.md)."""
+    answers to the server's elicitations and sampling requests (docs/websocket-protocol.md)."""
     layer = get_channel_layer()
     channel = await layer.new_channel()
     await database_sync_to_async(actions.do_record_call_channel)(call_id, channel)
@@ -356,10 +356,11 @@ async def _converse(
     async def on_elicit(message: str, schema: dict[str, Any], request_id: str) -> dict[str, Any]:
         hooked = await database_sync_to_async(actions.do_apply_elicitation_hook)(call_id, request_id, message, schema)
         if hooked is not None:
-            row, answer = hooked
-            auto = {"type": "elicitation.auto_answered", "call": call_id, "elicitation": str(row.id)}
-            await _publish(user_id, {**auto, "message": message, "action": answer["action"], "hook": row.hook_id})
-            return answer
+            # A team admin's automatic answer (docs/websocket-protocol.md): nobody is asked.
+            given, reply = hooked
+            auto = {"type": "elicitation.auto_answered", "call": call_id, "elicitation": str(given.id)}
+            await _publish(user_id, {**auto, "message": message, "action": reply["action"], "hook": given.hook_id})
+            return reply
         row = await database_sync_to_async(actions.do_request_elicitation)(call_id, request_id, message, schema)
         eid = str(row.id)
         answer: asyncio.Future[dict[str, Any]] = loop.create_future()
