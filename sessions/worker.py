@@ -475,6 +475,29 @@ async def _converse(
 # -- listing and testing -----------------------------------------------------------------
 
 
+PoolWork = Callable[[ConnectionPool, ConnectionKey, ServerConfig], Coroutine[Any, Any, Any]]
+
+
+def _with_credentials(server: Server, user_id: int, work: PoolWork) -> Any:
+    """Run `work` on the pool as `user_id` connects to `server`: with their credentials, under the backstop.
+
+    Raises ConnectionFailed with a diagnosis fit to show: secrets redacted, a server that asked for
+    authorization remembered (sessions/credentials.py), the backstop's timeout as a failure too.
+    """
+    prepared = credentials.prepare(server, user_id)
+    config = prepared.config
+    pool = get_pool()
+    backstop = config.connect_timeout + config.request_timeout + 30
+    try:
+        if prepared.failure is not None:
+            raise ConnectionFailed(prepared.failure)
+        return pool.run(work(pool, prepared.key, config), timeout=backstop)
+    except ConnectionFailed as exc:
+        raise ConnectionFailed(credentials.settle_failure(server, user_id, prepared, exc.failure)) from None
+    except concurrent.futures.TimeoutError:
+        raise ConnectionFailed(Failure("timeout", f"the worker gave up after {backstop:g} s")) from None
+
+
 def execute_list_tools(server_id: int, user_id: int, refresh: bool) -> None:
     server = Server.objects.select_related("team__policy").filter(pk=server_id).first()
     if server is None:
@@ -483,19 +506,10 @@ def execute_list_tools(server_id: int, user_id: int, refresh: bool) -> None:
             {"type": "tools", "server": server_id, "error": {"kind": "unknown_server", "message": "Unknown server."}},
         )
         return
-    prepared = credentials.prepare(server, user_id)
-    config = prepared.config
-    pool = get_pool()
     try:
-        if prepared.failure is not None:
-            raise ConnectionFailed(prepared.failure)
-        tools = pool.run(
-            pool.list_tools(prepared.key, config, refresh),
-            timeout=config.connect_timeout + config.request_timeout + 30,
-        )
+        tools = _with_credentials(server, user_id, lambda pool, key, config: pool.list_tools(key, config, refresh))
     except ConnectionFailed as exc:
-        failure = credentials.settle_failure(server, user_id, prepared, exc.failure)
-        publish(user_id, {"type": "tools", "server": server_id, "error": failure.as_dict()})
+        publish(user_id, {"type": "tools", "server": server_id, "error": exc.failure.as_dict()})
         return
     server_actions.do_record_tools(server_id, tools)
     described = describe_tools(server, user_id, tools)
@@ -506,17 +520,11 @@ def execute_test_connection(server_id: int, user_id: int) -> None:
     server = Server.objects.filter(pk=server_id).first()
     if server is None:
         return
-    # The admin tests with their own credentials, as any user would connect.
-    prepared = credentials.prepare(server, user_id)
-    config = prepared.config
-    pool = get_pool()
     try:
-        if prepared.failure is not None:
-            raise ConnectionFailed(prepared.failure)
-        info = pool.run(pool.probe(config), timeout=config.connect_timeout + config.request_timeout + 30)
+        # The admin tests with their own credentials, as any user would connect.
+        info = _with_credentials(server, user_id, lambda pool, key, config: pool.probe(config))
     except ConnectionFailed as exc:
-        failure = credentials.settle_failure(server, user_id, prepared, exc.failure)
-        result: dict[str, Any] = {"ok": False, **failure.as_dict()}
+        result: dict[str, Any] = {"ok": False, **exc.failure.as_dict()}
     else:
         server_actions.do_record_tools(server_id, info.pop("tools"))
         negotiated = info.pop("negotiated", None)
@@ -532,8 +540,6 @@ def execute_test_connection(server_id: int, user_id: int) -> None:
 # Each runs one pool request for (server, user) and publishes one event to the user's
 # group: the answer, or `error` with the diagnosis. `ref` is the browser's, echoed back
 # so a page can match answers to its questions.
-
-PoolWork = Callable[[ConnectionPool, ConnectionKey, ServerConfig], Coroutine[Any, Any, dict[str, Any]]]
 
 
 def _on_server(
@@ -551,20 +557,10 @@ def _on_server(
         message = "Unknown server." if server is None else f"{server.name} is disabled."
         publish(user_id, {**event, "error": Failure("server_unavailable", message).as_dict()})
         return
-    prepared = credentials.prepare(server, user_id)
-    config = prepared.config
-    pool = get_pool()
-    backstop = config.connect_timeout + config.request_timeout + 30
     try:
-        if prepared.failure is not None:
-            raise ConnectionFailed(prepared.failure)
-        data = pool.run(work(pool, prepared.key, config), timeout=backstop)
+        data = _with_credentials(server, user_id, work)
     except ConnectionFailed as exc:
-        failure = credentials.settle_failure(server, user_id, prepared, exc.failure)
-        publish(user_id, {**event, "error": failure.as_dict()})
-        return
-    except concurrent.futures.TimeoutError:
-        publish(user_id, {**event, "error": Failure("timeout", f"the worker gave up after {backstop:g} s").as_dict()})
+        publish(user_id, {**event, "error": exc.failure.as_dict()})
         return
     if record is not None:
         record(data)
