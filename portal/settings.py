@@ -250,6 +250,10 @@ PORTAL_TOOL_CALLS_PER_MINUTE = envint("PORTAL_TOOL_CALLS_PER_MINUTE", 60)
 # A call still pending this long after it was queued is queued again (its task was lost, e.g. with
 # a broker restart); claiming is a compare-and-set, so a copy that was not lost does nothing.
 PORTAL_PENDING_RESEND_SECONDS = envfloat("PORTAL_PENDING_RESEND_SECONDS", 120.0)
+# A call's conversation (docs/websocket-protocol.md): how long a form waits for its person, and output limits.
+PORTAL_ELICITATION_TIMEOUT = envfloat("PORTAL_ELICITATION_TIMEOUT", 300.0)
+MCP_MAX_OUTPUT_TOKENS = envint("MCP_MAX_OUTPUT_TOKENS", 25_000)
+MCP_FULL_OUTPUT_MAX_BYTES = envint("MCP_FULL_OUTPUT_MAX_BYTES", 20 * 1024 * 1024)
 # A call routed to a worker that died before its heartbeat expired runs elsewhere after this long.
 PORTAL_AFFINITY_GRACE_SECONDS = envfloat("PORTAL_AFFINITY_GRACE_SECONDS", PORTAL_WORKER_HEARTBEAT_SECONDS * 3 + 1)
 

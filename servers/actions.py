@@ -11,7 +11,17 @@ from django.utils import timezone
 from sessions.mcp.naming import tool_full_name
 
 from . import mcp_json
-from .models import Effect, Membership, PermissionRule, Role, Server, Team, TeamPolicy, TransportKind
+from .models import (
+    Effect,
+    ElicitationHook,
+    Membership,
+    PermissionRule,
+    Role,
+    Server,
+    Team,
+    TeamPolicy,
+    TransportKind,
+)
 from .outbound import address_error, command_error
 from .policy import tool_fingerprint
 
@@ -27,6 +37,8 @@ SERVER_FIELDS = (
     "headers",
     "request_timeout",
     "reset_timeout_on_progress",
+    "elicitation_timeout",
+    "roots",
     "protocol",
     "shared",
     "enabled",
@@ -43,7 +55,15 @@ def do_update_server(server: Server, fields: dict[str, Any]) -> Server:
     changed = {k: fields[k] for k in SERVER_FIELDS if k in fields}
     for name, value in changed.items():
         setattr(server, name, value)
-    if changed.keys() - {"name", "description", "enabled", "request_timeout", "reset_timeout_on_progress", "shared"}:
+    if changed.keys() - {
+        "name",
+        "description",
+        "enabled",
+        "request_timeout",
+        "reset_timeout_on_progress",
+        "elicitation_timeout",
+        "shared",
+    }:
         # The old tool list (and counts) described another command or URL.
         server.tools, server.tools_listed_at = [], None
         server.resource_count = server.template_count = server.prompt_count = None
@@ -192,3 +212,24 @@ def do_set_team_defaults(team: Team, by: Any, read_only: str, destructive: str, 
         reason=f"read-only: {read_only}, destructive: {destructive}, other: {other}",
     )
     return policy
+
+
+@transaction.atomic
+def do_add_elicitation_hook(server: Server, by: Any, fields: dict[str, Any]) -> ElicitationHook:
+    hook = ElicitationHook.objects.create(
+        server=server,
+        created_by=by,
+        message_contains=fields["message_contains"],
+        fields=fields["fields"],
+        action=fields["action"],
+        content=fields["content"] if fields["action"] == "accept" else {},
+    )
+    _audit_policy(by, server.team, None, "hook_saved", server_id=server.pk, server_name=server.name, reason=str(hook))
+    return hook
+
+
+@transaction.atomic
+def do_delete_elicitation_hook(hook: ElicitationHook, by: Any) -> None:
+    server = hook.server
+    _audit_policy(by, server.team, None, "hook_deleted", server_id=server.pk, server_name=server.name, reason=str(hook))
+    hook.delete()

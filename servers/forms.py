@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from django import forms
 from django.core.exceptions import ValidationError
@@ -13,7 +15,7 @@ from sessions.mcp.naming import VALID_NAME, normalize_name
 from sessions.mcp.variables import references
 
 from .mcp_json import MAX_BYTES as MAX_IMPORT_BYTES
-from .models import REMOTE_TRANSPORTS, Effect, ProtocolSetting, Server, Team, TeamPolicy, TransportKind
+from .models import REMOTE_TRANSPORTS, Effect, HookAction, ProtocolSetting, Server, Team, TeamPolicy, TransportKind
 from .outbound import address_error, command_error
 from .policy import is_valid_pattern
 
@@ -90,6 +92,21 @@ class ServerForm(forms.Form):
         required=False,
         help_text="A tool that keeps reporting progress is not cut off while it does.",
     )
+    elicitation_timeout = forms.FloatField(
+        label="Time to answer a form (seconds)",
+        min_value=1,
+        max_value=86_400,
+        required=False,
+        help_text="How long a person has to answer the server's questions (elicitation) before it hears "
+        "'cancel'. Empty: the portal's default.",
+    )
+    roots = forms.CharField(
+        label="Roots",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="The folders the server may work in, one file:// URI per line; the server asks for them "
+        "with roots/list.",
+    )
     protocol = forms.ChoiceField(
         label="Protocol era",
         choices=ProtocolSetting.choices,
@@ -120,6 +137,8 @@ class ServerForm(forms.Form):
                 "headers": format_pairs(instance.headers, ":"),
                 "request_timeout": instance.request_timeout,
                 "reset_timeout_on_progress": instance.reset_timeout_on_progress,
+                "elicitation_timeout": instance.elicitation_timeout,
+                "roots": "\n".join(instance.roots),
                 "protocol": instance.protocol,
                 "shared": instance.shared,
                 "enabled": instance.enabled,
@@ -143,6 +162,16 @@ class ServerForm(forms.Form):
 
     def clean_args(self) -> list[str]:
         return [line.strip() for line in self.cleaned_data["args"].splitlines() if line.strip()]
+
+    def clean_roots(self) -> list[str]:
+        roots = [line.strip() for line in self.cleaned_data["roots"].splitlines() if line.strip()]
+        for root in roots:
+            parts = urlsplit(root)
+            if parts.scheme != "file" or not parts.path.startswith("/"):
+                raise ValidationError(f"{root!r} is not a file:// URI (file:///home/me/project).")
+        if len(roots) > 50:
+            raise ValidationError("At most 50 roots.")
+        return roots
 
     def clean_env(self) -> dict[str, str]:
         return parse_pairs(self.cleaned_data["env"], "=", ENV_NAME, "environment variable")
@@ -267,3 +296,51 @@ class TeamDefaultsForm(forms.ModelForm):
             "destructive": "Tools that are not read-only and say destructiveHint: true, or give no hint (MCP's default).",
             "other": "Tools that are not read-only and say destructiveHint: false.",
         }
+
+
+class ElicitationHookForm(forms.Form):
+    """When a server asks this (message, fields), answer so, without asking anyone."""
+
+    message_contains = forms.CharField(
+        label="When the message contains",
+        max_length=200,
+        required=False,
+        help_text="Any case. Empty: every message.",
+    )
+    fields = forms.CharField(
+        label="And the form asks for",
+        max_length=500,
+        required=False,
+        help_text="Field names, separated by commas; the form must ask for all of them. Empty: any form.",
+    )
+    action = forms.ChoiceField(choices=HookAction.choices, initial=HookAction.ACCEPT)
+    content = forms.CharField(
+        label="Answer (JSON)",
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 4, "spellcheck": "false", "class": "json"}),
+        help_text='For Accept: the field values, e.g. {"email": "ops@example.org"}. It is checked against each '
+        "form it matches; a form it does not fit is asked of the person instead.",
+    )
+
+    def clean_fields(self) -> list[str]:
+        names = [name.strip() for name in self.cleaned_data["fields"].split(",") if name.strip()]
+        if len(names) > 50:
+            raise ValidationError("At most 50 field names.")
+        return names
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if data.get("action") == HookAction.ACCEPT:
+            text = (data.get("content") or "").strip() or "{}"
+            try:
+                content = json.loads(text)
+            except ValueError:
+                self.add_error("content", "This is not valid JSON.")
+                return data
+            if not isinstance(content, dict):
+                self.add_error("content", "The answer must be a JSON object of field values.")
+                return data
+            data["content"] = content
+        else:
+            data["content"] = {}
+        return data

@@ -88,6 +88,14 @@ class Server(models.Model):
     reset_timeout_on_progress = models.BooleanField(
         default=False, help_text="Restart the request timeout whenever the server reports progress."
     )
+    elicitation_timeout = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Seconds a person has to answer the server's form before it hears 'cancel'; "
+        "empty: the portal's PORTAL_ELICITATION_TIMEOUT.",
+    )
+    # file:// URIs the server may work in, told to it on roots/list.
+    roots = models.JSONField(default=list, blank=True)
     protocol = models.CharField(max_length=10, choices=ProtocolSetting.choices, default=ProtocolSetting.AUTO)
     shared = models.BooleanField(
         "shared session", default=False, help_text="One session for the whole team instead of one per user."
@@ -122,6 +130,10 @@ class Server(models.Model):
         return self.name
 
     @property
+    def seconds_to_answer(self) -> float:
+        return self.elicitation_timeout or settings.PORTAL_ELICITATION_TIMEOUT
+
+    @property
     def prefix(self) -> str:
         return f"mcp__{normalize_name(self.name)}__"
 
@@ -150,6 +162,7 @@ class Server(models.Model):
             request_timeout=self.request_timeout,
             connect_timeout=settings.MCP_CONNECT_TIMEOUT,
             reset_timeout_on_progress=self.reset_timeout_on_progress,
+            roots=tuple(self.roots),
             protocol=self.protocol,  # type: ignore[arg-type]
             negotiated=Negotiated.from_dict(self.negotiated),
             variables=(os.environ,),
@@ -241,6 +254,40 @@ class TeamPolicy(models.Model):
 
     def as_defaults(self) -> Defaults:
         return Defaults(read_only=self.read_only, destructive=self.destructive, other=self.other)  # type: ignore[arg-type]
+
+
+class HookAction(models.TextChoices):
+    ACCEPT = "accept", "Accept with the answer below"
+    DECLINE = "decline", "Decline"
+    CANCEL = "cancel", "Cancel"
+
+
+class ElicitationHook(models.Model):
+    """A team admin's automatic answer to a server's elicitation forms, given before anyone is asked.
+
+    It matches a form when the server's message contains `message_contains` (any case; empty matches
+    every message) and the form asks for at least every field in `fields` (empty: any form).
+    """
+
+    server = models.ForeignKey(Server, on_delete=models.CASCADE, related_name="elicitation_hooks")
+    message_contains = models.CharField(max_length=200, blank=True)
+    fields = models.JSONField(default=list, blank=True)
+    action = models.CharField(max_length=8, choices=HookAction.choices, default=HookAction.ACCEPT)
+    content = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.server}: {self.action} when {self.message_contains or 'any message'!r}"
+
+    def matches(self, message: str, schema: dict[str, Any]) -> bool:
+        if self.message_contains and self.message_contains.casefold() not in message.casefold():
+            return False
+        asked = set((schema.get("properties") or {}).keys())
+        return set(self.fields) <= asked
 
 
 # Credentials live in a module of their own; importing them here makes them models of this app.

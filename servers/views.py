@@ -16,8 +16,8 @@ from sessions.mcp.naming import annotate_tools
 from sessions.models import ConnectionStatus
 
 from . import actions, mcp_json
-from .forms import ImportForm, RuleForm, ServerForm, TeamDefaultsForm
-from .models import Membership, PermissionRule, Role, Server, Team, TeamPolicy
+from .forms import ElicitationHookForm, ImportForm, RuleForm, ServerForm, TeamDefaultsForm
+from .models import ElicitationHook, Membership, PermissionRule, Role, Server, Team, TeamPolicy
 from .permissions import describe_tools
 
 DEFAULT_FIELDS = ("read_only", "destructive", "other")
@@ -252,3 +252,29 @@ def rule_delete(request: HttpRequest, rule_id: int) -> HttpResponse:
     actions.do_delete_rule(rule, request.user)
     messages.success(request, f"Deleted the rule {rule.pattern} ({rule.effect}).")
     return redirect("team_policy", team_id=rule.team_id) if rule.user_id is None else redirect("my_rules")
+
+
+# -- elicitation hooks ---------------------------------------------------------------------------
+
+
+@login_required
+def elicitation_hooks(request: HttpRequest, server_id: int) -> HttpResponse:
+    """A server's automatic answers to elicitation forms: team admins only (they answer for everyone)."""
+    server = _administered_server(request, server_id)
+    form = ElicitationHookForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        actions.do_add_elicitation_hook(server, request.user, form.cleaned_data)
+        messages.success(request, "Saved the automatic answer.")
+        return redirect("elicitation_hooks", server_id=server.pk)
+    hooks = server.elicitation_hooks.select_related("created_by")
+    return render(request, "servers/hooks.html", {"server": server, "form": form, "hooks": hooks})
+
+
+@login_required
+@require_POST
+def elicitation_hook_delete(request: HttpRequest, hook_id: int) -> HttpResponse:
+    hook = get_object_or_404(ElicitationHook.objects.select_related("server"), pk=hook_id)
+    server = _administered_server(request, hook.server_id)
+    actions.do_delete_elicitation_hook(hook, request.user)
+    messages.success(request, "Deleted the automatic answer.")
+    return redirect("elicitation_hooks", server_id=server.pk)

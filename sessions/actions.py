@@ -20,12 +20,24 @@ from django.utils import timezone
 from servers.models import Effect, PermissionRule, Server
 from servers.permissions import decide_for
 from servers.policy import ASK, DENY, Decision, definition_diff
+from sessions.mcp.elicitation import validate_answer
 from sessions.mcp.naming import tool_full_name
 from sessions.mcp.schema import validate_arguments
 
 from . import audit
 from .mcp.errors import Failure
-from .models import Approval, ApprovalState, AuditKind, CallStatus, ConnectionStatus, ToolCall
+from .models import (
+    Approval,
+    ApprovalState,
+    AuditKind,
+    CallStatus,
+    ConnectionStatus,
+    Elicitation,
+    ElicitationState,
+    SamplingRequest,
+    SamplingState,
+    ToolCall,
+)
 
 ANSWERS = ("allow_once", "always_allow", "deny")
 
@@ -363,6 +375,7 @@ def do_finish_tool_call(
     status: str,
     *,
     result: dict[str, Any] | None = None,
+    full_output: bytes | None = None,
     error: str = "",
     error_kind: str = "",
     details: dict[str, Any] | None = None,
@@ -376,6 +389,7 @@ def do_finish_tool_call(
     fields: dict[str, Any] = {
         "status": status,
         "result": result,
+        "full_output": full_output,
         "error": error,
         "error_kind": error_kind,
         "details": details or {},
@@ -441,3 +455,82 @@ def do_set_connection_status(
         },
     )
     return row.as_event()
+
+
+def do_record_call_channel(call_id: str, channel: str) -> None:
+    """Where the worker running the call listens, so Cancel and answers reach it."""
+    ToolCall.objects.filter(pk=call_id).update(channel=channel)
+
+
+@transaction.atomic
+def do_request_elicitation(
+    call_id: str, request_id: str, message: str, schema: dict[str, Any], mode: str = "form"
+) -> Elicitation:
+    """A form (`schema` is the requested schema) or, in URL mode, a page to visit (`schema` holds its url)."""
+    return Elicitation.objects.create(call_id=call_id, request_id=request_id, message=message, schema=schema, mode=mode)
+
+
+@transaction.atomic
+def do_apply_elicitation_hook(
+    call_id: str, request_id: str, message: str, schema: dict[str, Any]
+) -> tuple[Elicitation, dict[str, Any]] | None:
+    """Answer a form with the first of its server's automatic answers that matches and fits, recorded
+    and audited; None when none does (then a person is asked)."""
+    call = ToolCall.objects.select_related("server", "user").get(pk=call_id)
+    if call.server is None:
+        return None
+    for hook in call.server.elicitation_hooks.all():
+        if not hook.matches(message, schema):
+            continue
+        content = dict(hook.content) if hook.action == "accept" else None
+        if content is not None and validate_answer(schema, content):
+            continue  # it does not fit this form: better to ask than to send a wrong answer
+        row = Elicitation.objects.create(
+            call=call,
+            request_id=request_id,
+            message=message,
+            schema=schema,
+            state=hook.action,
+            response=content,
+            hook=hook,
+            answered_at=timezone.now(),
+        )
+        reason = f"Automatic answer #{hook.pk} ({hook.get_action_display().lower()}) to: {message}"
+        audit.record_for_call(AuditKind.HOOK, call, outcome=hook.action, reason=reason[:2000])
+        return row, {"action": hook.action, "content": content}
+    return None
+
+
+def do_answer_elicitation(elicitation_id: Any, state: str, response: dict[str, Any] | None = None) -> bool:
+    """Pending → answered, once: a second answer (or one after the timeout) changes nothing."""
+    answered = Elicitation.objects.filter(pk=elicitation_id, state=ElicitationState.PENDING).update(
+        state=state, response=response, answered_at=timezone.now()
+    )
+    return answered == 1
+
+
+@transaction.atomic
+def do_request_sampling(call_id: str, request_id: str, params: dict[str, Any]) -> SamplingRequest:
+    return SamplingRequest.objects.create(call_id=call_id, request_id=request_id, params=params)
+
+
+def do_answer_sampling(sampling_id: Any, state: str, reply: str = "") -> bool:
+    """Pending → answered, once, as for elicitations."""
+    answered = SamplingRequest.objects.filter(pk=sampling_id, state=SamplingState.PENDING).update(
+        state=state, reply=reply, answered_at=timezone.now()
+    )
+    return answered == 1
+
+
+@transaction.atomic
+def do_close_elicitations(call_id: str) -> list[tuple[str, str]]:
+    """The call ended with forms or sampling requests still open: they are closed as cancelled.
+    Returns (kind, id) for each, kind "elicitation" or "sampling"."""
+    now = timezone.now()
+    forms = Elicitation.objects.select_for_update().filter(call_id=call_id, state=ElicitationState.PENDING)
+    form_ids = [str(pk) for pk in forms.values_list("pk", flat=True)]
+    Elicitation.objects.filter(pk__in=form_ids).update(state=ElicitationState.CANCELLED, answered_at=now)
+    asks = SamplingRequest.objects.select_for_update().filter(call_id=call_id, state=SamplingState.PENDING)
+    ask_ids = [str(pk) for pk in asks.values_list("pk", flat=True)]
+    SamplingRequest.objects.filter(pk__in=ask_ids).update(state=SamplingState.CANCELLED, answered_at=now)
+    return [("elicitation", i) for i in form_ids] + [("sampling", i) for i in ask_ids]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -11,6 +12,8 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from servers.models import Server
 
 from . import actions, affinity, limits, tasks
+from .mcp.elicitation import validate_answer
+from .models import CallStatus, Elicitation, ElicitationState, SamplingRequest, SamplingState, ToolCall
 from .worker import user_group
 
 MAX_MESSAGE_BYTES = 1_000_000
@@ -33,8 +36,29 @@ def _shrunk(event: dict[str, Any], size: int) -> dict[str, Any]:
     return kept
 
 
+MAX_SAMPLING_REPLY = 100_000
+
+
 class MessageError(Exception):
     """A browser message the portal will not act on; its text goes back to the browser."""
+
+    errors: list[dict[str, Any]] = []
+
+
+class InvalidAnswer(MessageError):
+    """An elicitation answer that breaks the requested schema: not forwarded; the form shows why."""
+
+    def __init__(self, errors: list[dict[str, Any]]):
+        super().__init__("The answer does not match the form; nothing was sent.")
+        self.errors = errors
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _server_id(content: dict[str, Any]) -> int:
@@ -132,7 +156,10 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
                 raise MessageError(f"Unknown message type {content.get('type')!r}.")
             await handler(self, content, ref)
         except MessageError as exc:
-            await self.send_json({"type": "error", "ref": ref, "message": str(exc)})
+            reply: dict[str, Any] = {"type": "error", "ref": ref, "message": str(exc)}
+            if exc.errors:
+                reply["errors"] = exc.errors
+            await self.send_json(reply)
 
     async def on_call(self, content: dict[str, Any], ref: Any) -> None:
         server_id = _server_id(content)
@@ -180,6 +207,40 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         if not await self._can_administer(server_id):
             raise MessageError("Only the team's admins can test its servers.")
         await database_sync_to_async(tasks.test_connection.delay)(server_id, self.user.pk)
+
+    async def on_cancel_call(self, content: dict[str, Any], ref: Any) -> None:
+        call_id = _text(content, "call", 64)
+        channel = await self._running_call_channel(call_id)
+        await self.channel_layer.send(channel, {"type": "call.cancel"})
+        await self.send_json({"type": "cancel.sent", "ref": ref, "call": call_id})
+
+    async def on_answer_elicitation(self, content: dict[str, Any], ref: Any) -> None:
+        eid = _text(content, "elicitation", 64)
+        action = content.get("action")
+        if action not in ("accept", "decline", "cancel"):
+            raise MessageError("'action' must be accept, decline or cancel.")
+        answer = content.get("content") if action == "accept" else None
+        if action == "accept" and answer is None:
+            answer = {}
+        channel, call_id = await self._answer(eid, action, answer, ref)
+        await self.channel_layer.send(
+            channel, {"type": "elicitation.answer", "elicitation": eid, "action": action, "content": answer}
+        )
+        await self.send_json({"type": "elicitation.answered", "ref": ref, "call": call_id, "elicitation": eid})
+
+    async def on_answer_sampling(self, content: dict[str, Any], ref: Any) -> None:
+        sid = _text(content, "sampling", 64)
+        action = content.get("action")
+        if action not in ("approve", "decline"):
+            raise MessageError("'action' must be approve or decline.")
+        approving = action == "approve"
+        text = _text(content, "text", MAX_SAMPLING_REPLY) if approving else ""
+        model = _text(content, "model", 200, required=False) if approving else ""
+        channel, call_id = await self._answer_sampling(sid, action, text)
+        await self.channel_layer.send(
+            channel, {"type": "sampling.answer", "sampling": sid, "action": action, "text": text, "model": model}
+        )
+        await self.send_json({"type": "sampling.answered", "ref": ref, "call": call_id, "sampling": sid})
 
     # -- resources, prompts, completions: checked here, answered by a worker -----------------
 
@@ -254,6 +315,9 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         "call": on_call,
         "list_tools": on_list_tools,
         "test_connection": on_test_connection,
+        "cancel_call": on_cancel_call,
+        "answer_elicitation": on_answer_elicitation,
+        "answer_sampling": on_answer_sampling,
         "list_resources": on_list_resources,
         "read_resource": on_read_resource,
         "subscribe_resource": on_subscribe_resource,
@@ -264,6 +328,47 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         "list_approvals": on_list_approvals,
         "answer_approval": on_answer_approval,
     }
+
+    @database_sync_to_async
+    def _running_call_channel(self, call_id: str) -> str:
+        # Someone else's call and an unknown one get the same answer: ids are not for probing.
+        call = ToolCall.objects.filter(pk=call_id, user=self.user).first() if _is_uuid(call_id) else None
+        if call is None:
+            raise MessageError("Unknown call.")
+        if call.status != CallStatus.RUNNING:
+            raise MessageError(f"The call is {call.status}, not running: there is nothing to cancel.")
+        if not call.channel:
+            raise MessageError("The call is starting; try again in a moment.")
+        return call.channel
+
+    @database_sync_to_async
+    def _answer(self, eid: str, action: str, answer: Any, ref: Any) -> tuple[str, str]:
+        """Check the answer against the schema that was asked for, record it once, and say where it goes."""
+        found = Elicitation.objects.select_related("call").filter(pk=eid) if _is_uuid(eid) else None
+        elicitation = found.first() if found is not None else None
+        if elicitation is None or elicitation.call.user_id != self.user.pk:
+            raise MessageError("Unknown elicitation.")
+        if elicitation.state != ElicitationState.PENDING:
+            raise MessageError(f"This form was already closed ({elicitation.get_state_display().lower()}).")
+        if action == "accept" and elicitation.mode == "url":
+            answer = None  # consent to open the page: the server gets no content
+        elif action == "accept":
+            errors = validate_answer(elicitation.schema, answer)
+            if errors:
+                raise InvalidAnswer(errors)
+        if not actions.do_answer_elicitation(elicitation.pk, action, answer):
+            raise MessageError("This form was already closed.")
+        return elicitation.call.channel, str(elicitation.call_id)
+
+    @database_sync_to_async
+    def _answer_sampling(self, sid: str, action: str, text: str) -> tuple[str, str]:
+        found = SamplingRequest.objects.select_related("call").filter(pk=sid) if _is_uuid(sid) else None
+        request = found.first() if found is not None else None
+        if request is None or request.call.user_id != self.user.pk:
+            raise MessageError("Unknown sampling request.")
+        if request.state != SamplingState.PENDING or not actions.do_answer_sampling(request.pk, action, text):
+            raise MessageError("This sampling request was already answered or closed.")
+        return request.call.channel, str(request.call_id)
 
     def _pending_approvals(self) -> list[dict[str, Any]]:
         return [approval.as_event() for approval in actions.do_list_pending_approvals(self.user)]

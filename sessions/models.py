@@ -37,6 +37,12 @@ FINISHED = frozenset(
 )
 
 
+class ToolCallManager(models.Manager["ToolCall"]):
+    def get_queryset(self) -> models.QuerySet[ToolCall]:
+        # The whole output of a truncated call may be megabytes: only its download reads it.
+        return super().get_queryset().defer("full_output")
+
+
 class ToolCall(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="tool_calls")
@@ -53,10 +59,16 @@ class ToolCall(models.Model):
     error_kind = models.CharField(max_length=40, blank=True)
     details = models.JSONField(default=dict, blank=True)
     worker = models.CharField(max_length=200, blank=True)
+    # The channel-layer channel the worker running the call listens on (cancel, elicitation answers).
+    channel = models.CharField(max_length=200, blank=True)
+    # The whole output when `result` was truncated, size-capped (MCP_FULL_OUTPUT_MAX_BYTES).
+    full_output = models.BinaryField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     duration_ms = models.FloatField(null=True, blank=True)
+
+    objects = ToolCallManager()
 
     class Meta:
         ordering = ["-created_at"]
@@ -208,6 +220,7 @@ class AuditKind(models.TextChoices):
     APPROVAL = "approval", "Approval"
     CALL = "call", "Call"
     POLICY = "policy", "Policy change"
+    HOOK = "hook", "Automatic answer"
 
 
 class AuditEvent(models.Model):
@@ -250,6 +263,58 @@ class AuditEvent(models.Model):
 
     def delete(self, *args: Any, **kwargs: Any) -> Any:
         raise PermissionError("The audit log is append-only.")
+
+
+class ElicitationState(models.TextChoices):
+    PENDING = "pending", "Waiting for an answer"
+    ACCEPTED = "accept", "Accepted"
+    DECLINED = "decline", "Declined"
+    CANCELLED = "cancel", "Cancelled"
+    TIMED_OUT = "timed_out", "Timed out"
+
+
+class Elicitation(models.Model):
+    """A server asking the person behind a call for information, and what they answered."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    call = models.ForeignKey(ToolCall, on_delete=models.CASCADE, related_name="elicitations")
+    request_id = models.CharField(max_length=200, blank=True)
+    mode = models.CharField(max_length=8, default="form")
+    message = models.TextField()
+    schema = models.JSONField(default=dict)
+    state = models.CharField(max_length=12, choices=ElicitationState.choices, default=ElicitationState.PENDING)
+    response = models.JSONField(null=True, blank=True)
+    # The team admin's automatic answer that answered it, when no person was asked.
+    hook = models.ForeignKey("servers.ElicitationHook", null=True, blank=True, on_delete=models.SET_NULL)
+    created_at = models.DateTimeField(auto_now_add=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.call_id}: {self.state}"
+
+
+class SamplingState(models.TextChoices):
+    PENDING = "pending", "Waiting for a reply"
+    APPROVED = "approve", "Approved"
+    DECLINED = "decline", "Declined"
+    CANCELLED = "cancel", "Cancelled"
+    TIMED_OUT = "timed_out", "Timed out"
+
+
+class SamplingRequest(models.Model):
+    """A server asking, with sampling/createMessage, for a model's reply; a person writes it instead."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    call = models.ForeignKey(ToolCall, on_delete=models.CASCADE, related_name="sampling_requests")
+    request_id = models.CharField(max_length=200, blank=True)
+    params = models.JSONField(default=dict)  # messages, systemPrompt, maxTokens… as the server sent them
+    state = models.CharField(max_length=12, choices=SamplingState.choices, default=SamplingState.PENDING)
+    reply = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.call_id}: {self.state}"
 
 
 class ConnectionState(models.TextChoices):

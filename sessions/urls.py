@@ -9,6 +9,7 @@ urlpatterns = [
     path("calls/", views.call_list, name="call_list"),
     path("calls/export.json", views.call_list_export, name="call_list_export"),
     path("calls/<uuid:call_id>/", views.call_detail, name="call_detail"),
+    path("calls/<uuid:call_id>/full-output", views.call_full_output, name="call_full_output"),
     path("calls/<uuid:call_id>/export.json", views.call_export, name="call_export"),
     path("audit/", views.audit_log, name="audit_log"),
 ]

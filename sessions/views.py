@@ -7,7 +7,7 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 from django.utils.http import urlencode
@@ -140,6 +140,17 @@ def call_detail(request: HttpRequest, call_id: str) -> HttpResponse:
 
 
 @login_required
+def call_full_output(request: HttpRequest, call_id: str) -> HttpResponse:
+    """The whole output of a call whose shown result was truncated; only its owner may have it."""
+    call = get_object_or_404(ToolCall.objects.only("id", "user", "full_output"), pk=call_id, user=request.user)
+    if call.full_output is None:
+        raise Http404("This call's output was not truncated.")
+    response = HttpResponse(bytes(call.full_output), content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="call-{call.pk}-output.json"'
+    return response
+
+
+@login_required
 def call_export(request: HttpRequest, call_id: str) -> HttpResponse:
     call = get_object_or_404(ToolCall, pk=call_id, user=request.user)
     return _download(call.as_record(), f"mcp-call-{call.pk}.json")
@@ -216,6 +227,17 @@ def audit_log(request: HttpRequest) -> HttpResponse:
             "query": query,
             "is_admin": is_admin,
             "kinds": AuditKind.choices,
-            "outcomes": [*CallStatus.values, "rule_saved", "rule_pinned", "rule_deleted", "defaults_saved"],
+            "outcomes": [
+                *CallStatus.values,
+                "rule_saved",
+                "rule_pinned",
+                "rule_deleted",
+                "defaults_saved",
+                "hook_saved",
+                "hook_deleted",
+                "accept",
+                "decline",
+                "cancel",
+            ],
         },
     )

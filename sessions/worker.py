@@ -11,12 +11,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import json
 import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
@@ -32,10 +34,12 @@ from servers.permissions import describe_tools
 from . import actions, affinity, credentials
 from .affinity import WORKER_NAME
 from .mcp.config import ConnectionKey, Negotiated, ServerConfig
+from .mcp.elicitation import defaults
 from .mcp.errors import ConnectionFailed, Failure
-from .mcp.pool import CallOutcome, ConnectionPool, PoolEvents, PoolSettings
+from .mcp.pool import CallHooks, CallOutcome, ConnectionPool, PoolEvents, PoolSettings
 from .mcp.schema import validate_arguments
-from .models import Approval, ApprovalState, CallStatus, ToolCall
+from .mcp.truncation import truncate_result
+from .models import Approval, ApprovalState, CallStatus, ElicitationState, SamplingState, ToolCall
 
 log = logging.getLogger(__name__)
 
@@ -194,9 +198,11 @@ def execute_tool_call(call_id: str) -> None:
         outcome = _run_call(call, progress)
         if outcome is None:
             return
+        result, full_output = _truncated(outcome)
         ending: dict[str, Any] = {
             "status": outcome.status,
-            "result": outcome.result,
+            "result": result,
+            "full_output": full_output,
             "error": outcome.failure.message if outcome.failure else "",
             "error_kind": outcome.failure.kind if outcome.failure else "",
             "details": {**_details(outcome), **({"progress": progress} if progress else {})},
@@ -238,9 +244,30 @@ def _finish_durably(call_id: str, call: ToolCall, ending: dict[str, Any]) -> Too
     raise AssertionError("unreachable")  # pragma: no cover
 
 
+def _truncated(outcome: CallOutcome) -> tuple[dict[str, Any] | None, bytes | None]:
+    """The result as recorded and shown, cut as the seeds cut it; and the whole output, size-capped,
+    for the owner to download when anything was cut."""
+    if outcome.result is None:
+        return None, None
+    cut = truncate_result(outcome.result, settings.MCP_MAX_OUTPUT_TOKENS)
+    if not cut.truncated:
+        return outcome.result, None
+    full = json.dumps(outcome.result).encode()
+    limit = settings.MCP_FULL_OUTPUT_MAX_BYTES
+    if len(full) > limit and outcome.result.get("structuredContent") is not None:
+        # Tools often repeat their text as structured content: the content alone may fit whole.
+        full = json.dumps({**outcome.result, "structuredContent": None}).encode()
+    outcome.truncated = {"tokens": cut.tokens, "full_bytes": len(full), "kept_bytes": min(len(full), limit)}
+    return cut.result, full[:limit]
+
+
 def _details(outcome: CallOutcome) -> dict[str, Any]:
     details: dict[str, Any] = {}
+    if outcome.truncated:
+        details["truncated"] = outcome.truncated
     if outcome.failure is not None:
+        if outcome.failure.elicitations:
+            details["elicitations"] = outcome.failure.elicitations
         if outcome.failure.stderr_tail:
             details["stderr_tail"] = outcome.failure.stderr_tail
         if outcome.failure.status_code is not None:
@@ -255,12 +282,13 @@ def _details(outcome: CallOutcome) -> dict[str, Any]:
 MAX_RECORDED_PROGRESS = 200
 
 
-class ProgressBudget:
-    """How many progress events of one call go to the page: a burst of 20, then 20 a second.
+class EventBudget:
+    """How many progress (or log) events of one call go to the page: a burst of 20, then 20 a second.
 
-    A server that floods progress would otherwise fill the page's channel (1,000 messages), and
-    the channel layer drops what does not fit: the call's `call.ended` with it. The final step
-    (progress = total) always goes; the record keeps its own sample (MAX_RECORDED_PROGRESS).
+    A server that floods progress or log messages would otherwise fill the page's channel (1,000
+    messages), and the channel layer drops what does not fit: the call's `call.ended` with it. The
+    final progress step (progress = total) always goes; the record keeps its own sample of progress
+    (MAX_RECORDED_PROGRESS); a log line that goes says how many were skipped before it.
     """
 
     burst = 20.0
@@ -314,7 +342,8 @@ def _call_prepared(
     backstop = config.connect_timeout + config.request_timeout + 30
 
     started = time.monotonic()
-    events = ProgressBudget()
+    events, log_events = EventBudget(), EventBudget()
+    skipped_logs = 0
 
     async def on_progress(value: float, total: float | None, message: str | None) -> None:
         if progress is not None and len(progress) < MAX_RECORDED_PROGRESS:
@@ -326,6 +355,16 @@ def _call_prepared(
             user_id,
             {"type": "call.progress", "call": call_id, "progress": value, "total": total, "message": message},
         )
+
+    async def on_log(level: str, logger: str | None, data: Any) -> None:
+        nonlocal skipped_logs
+        if not log_events.take():
+            skipped_logs += 1
+            return
+        event = {"type": "call.log", "call": call_id, "level": level, "logger": logger, "data": data}
+        if skipped_logs:
+            event["skipped"], skipped_logs = skipped_logs, 0
+        await _publish(user_id, event)
 
     async def listed() -> list[dict[str, Any]]:
         await _publish(user_id, {"type": "call.started", "call": call_id, "worker": WORKER_NAME})
@@ -355,10 +394,155 @@ def _call_prepared(
         return None
     if not gate.run:
         return CallOutcome(CallStatus.REJECTED, failure=Failure(gate.kind, gate.reason))
+    # A pending elicitation stops the request clock (a person is answering), so the backstop leaves
+    # room for a few forms, each bounded by its own timeout.
+    backstop += 3 * server.seconds_to_answer
+    future = pool.submit(
+        _converse(call_id, user_id, on_progress, on_log, pool.call_tool, key, config, call, server.seconds_to_answer)
+    )
     try:
-        return pool.run(pool.call_tool(key, config, call.tool, call.arguments, on_progress=on_progress), backstop)
+        return future.result(timeout=backstop)
     except concurrent.futures.TimeoutError:
+        future.cancel()
         return CallOutcome(CallStatus.TIMED_OUT, failure=Failure("timeout", f"the worker gave up after {backstop:g} s"))
+
+
+async def _converse(
+    call_id: str,
+    user_id: int,
+    on_progress: Callable[[float, float | None, str | None], Awaitable[None]],
+    on_log: Callable[[str, str | None, Any], Awaitable[None]],
+    call_tool: Callable[..., Awaitable[CallOutcome]],
+    key: ConnectionKey,
+    config: ServerConfig,
+    call: ToolCall,
+    seconds_to_answer: float,
+) -> CallOutcome:
+    """Run the call while listening on a channel of its own for the person behind it: Cancel, and
+    answers to the server's elicitations and sampling requests (docs/websocket-protocol.md)."""
+    layer = get_channel_layer()
+    channel = await layer.new_channel()
+    await database_sync_to_async(actions.do_record_call_channel)(call_id, channel)
+    waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
+    loop = asyncio.get_running_loop()
+
+    async def on_elicit(message: str, schema: dict[str, Any], request_id: str) -> dict[str, Any]:
+        hooked = await database_sync_to_async(actions.do_apply_elicitation_hook)(call_id, request_id, message, schema)
+        if hooked is not None:
+            # A team admin's automatic answer (docs/websocket-protocol.md): nobody is asked.
+            given, reply = hooked
+            auto = {"type": "elicitation.auto_answered", "call": call_id, "elicitation": str(given.id)}
+            await _publish(user_id, {**auto, "message": message, "action": reply["action"], "hook": given.hook_id})
+            return reply
+        row = await database_sync_to_async(actions.do_request_elicitation)(call_id, request_id, message, schema)
+        eid = str(row.id)
+        answer: asyncio.Future[dict[str, Any]] = loop.create_future()
+        waiting[eid] = answer
+        request = {"type": "elicitation.requested", "call": call_id, "elicitation": eid, "mode": "form"}
+        await _publish(user_id, {**request, "message": message, "schema": schema, "defaults": defaults(schema)})
+        try:
+            return await asyncio.wait_for(answer, seconds_to_answer)
+        except TimeoutError:
+            # Nobody answered in time: the server hears "cancel" and the form closes in the browser.
+            if await database_sync_to_async(actions.do_answer_elicitation)(eid, ElicitationState.TIMED_OUT):
+                ended = {"type": "elicitation.ended", "call": call_id, "elicitation": eid, "state": "timed_out"}
+                await _publish(user_id, ended)
+            return {"action": "cancel"}
+        finally:
+            waiting.pop(eid, None)
+
+    async def on_elicit_url(message: str, url: str, elicitation_id: str, request_id: str) -> dict[str, Any]:
+        if urlsplit(url).scheme not in ("http", "https"):
+            # Only a web page may be offered to open (never javascript:, file: or an app's scheme).
+            return {"action": "decline"}
+        schema = {"url": url, "elicitationId": elicitation_id}
+        row = await database_sync_to_async(actions.do_request_elicitation)(call_id, request_id, message, schema, "url")
+        eid = str(row.id)
+        answer: asyncio.Future[dict[str, Any]] = loop.create_future()
+        waiting[eid] = answer
+        request = {"type": "elicitation.requested", "call": call_id, "elicitation": eid, "mode": "url"}
+        await _publish(user_id, {**request, "message": message, "url": url, "elicitation_id": elicitation_id})
+        try:
+            return await asyncio.wait_for(answer, seconds_to_answer)
+        except TimeoutError:
+            if await database_sync_to_async(actions.do_answer_elicitation)(eid, ElicitationState.TIMED_OUT):
+                ended = {"type": "elicitation.ended", "call": call_id, "elicitation": eid, "state": "timed_out"}
+                await _publish(user_id, ended)
+            return {"action": "cancel"}
+        finally:
+            waiting.pop(eid, None)
+
+    async def on_elicit_done(elicitation_id: str) -> None:
+        # The server heard back from the page it sent the person to (handshake era only).
+        done = {"type": "elicitation.completed", "call": call_id, "elicitation_id": elicitation_id}
+        await _publish(user_id, done)
+
+    async def on_sample(params: dict[str, Any], request_id: str) -> dict[str, Any]:
+        row = await database_sync_to_async(actions.do_request_sampling)(call_id, request_id, params)
+        sid = str(row.id)
+        answer: asyncio.Future[dict[str, Any]] = loop.create_future()
+        waiting[sid] = answer
+        await _publish(user_id, {"type": "sampling.requested", "call": call_id, "sampling": sid, "request": params})
+        try:
+            return await asyncio.wait_for(answer, seconds_to_answer)
+        except TimeoutError:
+            if await database_sync_to_async(actions.do_answer_sampling)(sid, SamplingState.TIMED_OUT):
+                await _publish(
+                    user_id, {"type": "sampling.ended", "call": call_id, "sampling": sid, "state": "timed_out"}
+                )
+            return {"action": "decline"}
+        finally:
+            waiting.pop(sid, None)
+
+    hooks = CallHooks(
+        on_progress=on_progress,
+        on_elicit=on_elicit,
+        on_elicit_url=on_elicit_url,
+        on_elicit_done=on_elicit_done,
+        on_sample=on_sample,
+        on_log=on_log,
+    )
+    started = time.monotonic()
+    task = asyncio.ensure_future(call_tool(key, config, call.tool, call.arguments, hooks=hooks))
+    cancelled = False
+
+    async def listen() -> None:
+        nonlocal cancelled
+        while True:
+            message = await layer.receive(channel)
+            if message.get("type") == "call.cancel":
+                cancelled = True
+                task.cancel()
+            elif message.get("type") == "elicitation.answer":
+                answer = waiting.get(str(message.get("elicitation")))
+                if answer is not None and not answer.done():
+                    answer.set_result({"action": message.get("action"), "content": message.get("content")})
+            elif message.get("type") == "sampling.answer":
+                answer = waiting.get(str(message.get("sampling")))
+                if answer is not None and not answer.done():
+                    answer.set_result({k: message.get(k) for k in ("action", "text", "model")})
+
+    listener = asyncio.ensure_future(listen())
+    try:
+        return await task
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if not cancelled or (current is not None and current.cancelling()):
+            raise
+        # The SDK told the server (notifications/cancelled, or an aborted request in 2026 mode);
+        # the connection stays open for the next call.
+        duration_ms = round((time.monotonic() - started) * 1000, 3)
+        failure = Failure("cancelled", "You cancelled the call.")
+        return CallOutcome(CallStatus.CANCELLED, failure=failure, duration_ms=duration_ms)
+    finally:
+        listener.cancel()
+        # A form still open when the call ends (cancelled, say): in the handshake era its callback
+        # runs outside this task and would otherwise wait for its whole timeout.
+        for answer in list(waiting.values()):
+            if not answer.done():
+                answer.set_result({"action": "cancel"})
+        for kind, rid in await database_sync_to_async(actions.do_close_elicitations)(call_id):
+            await _publish(user_id, {"type": f"{kind}.ended", "call": call_id, kind: rid, "state": "cancel"})
 
 
 # -- listing and testing -----------------------------------------------------------------

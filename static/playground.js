@@ -1,5 +1,6 @@
 import { connect, h } from "./ws.js";
 import { buildForm, FieldError, showErrors } from "./schema-form.js";
+import { nextRef, renderResourceContents } from "./content.js";
 
 const catalog = JSON.parse(document.getElementById("catalog").textContent);
 const selected = JSON.parse(document.getElementById("selected").textContent);
@@ -151,6 +152,10 @@ $("call-form").addEventListener("submit", (event) => {
   $("call-button").disabled = true;
   setStatus("pending", `Calling ${state.tool.name}…`);
   $("result").replaceChildren();
+  $("log-lines").replaceChildren();
+  $("log-pane").hidden = true;
+  closeElicitation();
+  closeSampling();
   $("progress-message").textContent = "";
   $("call-progress").hidden = true;
   socket.send({ type: "call", ref: state.pendingRef, server: state.server.id, tool: state.tool.name, arguments: args });
@@ -178,6 +183,10 @@ function onCallEvent(event) {
   if (event.call !== state.call) return;
   if (event.type === "call.started") {
     setStatus("running", "Running…");
+    $("cancel-button").hidden = false;
+    $("cancel-button").disabled = false;
+  } else if (event.type === "call.log") {
+    addLogLine(event);
   } else if (event.type === "call.progress") {
     const bar = $("call-progress");
     bar.hidden = false;
@@ -190,6 +199,9 @@ function onCallEvent(event) {
     $("progress-message").textContent = event.message || (event.total ? `${event.progress} of ${event.total}` : `${event.progress}`);
   } else if (event.type === "call.ended") {
     $("call-button").disabled = false;
+    $("cancel-button").hidden = true;
+    closeElicitation();
+    closeSampling();
     $("call-progress").hidden = true;
     const took = event.duration_ms != null ? ` in ${event.duration_ms.toFixed(1)} ms` : "";
     setStatus(event.status, `${TERMINAL_LABELS[event.status] || event.status}${took}`);
@@ -207,10 +219,22 @@ function renderOutcome(event) {
     out.append(h("p", {}, h("a", { class: "button primary", href: `/credentials/#server-${event.server}`, text: "Connect your account" })));
   }
   if (event.details?.errors) showArgumentErrors(event.details.errors);
+  for (const wanted of event.details?.elicitations || []) {
+    // Error -32042: pages to visit before the call can work; then the person retries it.
+    out.append(h("div", { class: "elicitation" }, h("p", { text: wanted.message || "" }), urlBlock(String(wanted.url || "")),
+      h("div", { class: "row" },
+        webPage(String(wanted.url || "")) ? h("button", { type: "button", text: "Open the page", onclick: () => openPage(String(wanted.url)) }) : null,
+        h("button", { type: "button", class: "primary", text: "Retry the call", onclick: () => $("call-form").requestSubmit() }))));
+  }
   if (event.details?.stderr_tail) {
     out.append(h("details", { open: true }, h("summary", { text: "Server stderr (last lines)" }), h("pre", { text: event.details.stderr_tail })));
   }
   if (event.omitted) out.append(h("p", { class: "call-note", role: "status", text: event.omitted }));
+  if (event.details?.truncated) {
+    const cut = event.details.truncated;
+    out.append(h("p", { class: "muted small" }, `The output was cut to fit about ${cut.tokens} tokens. `,
+      h("a", { href: `/calls/${event.call}/full-output`, text: `Download the full output (${cut.kept_bytes} of ${cut.full_bytes} bytes kept)` })));
+  }
   if (!event.result) return;
   if (state.callClass === "write") {
     out.append(renderResult(event.result));
@@ -219,6 +243,172 @@ function renderOutcome(event) {
     out.append(h("details", { class: "result-fold", open: true },
       h("summary", { text: `${state.callClass === "search" ? "Search" : "Read-only"} result (click to fold)` }),
       renderResult(event.result)));
+  }
+}
+
+// -- the conversation: cancel, server logs, elicitation ------------------------------------
+
+$("cancel-button").addEventListener("click", () => {
+  if (!state.call) return;
+  $("cancel-button").disabled = true;
+  socket.send({ type: "cancel_call", call: state.call });
+});
+
+function addLogLine(event) {
+  $("log-pane").hidden = false;
+  // A flooding server's lines are thinned out by the worker, which says how many it left out.
+  if (event.skipped) $("log-lines").append(h("li", { class: "muted small", text: `(${event.skipped} messages not shown)` }));
+  const text = typeof event.data === "string" ? event.data : JSON.stringify(event.data);
+  $("log-lines").append(h("li", { class: `log-${event.level}` },
+    h("span", { class: "badge", text: event.level }), event.logger ? ` ${event.logger}: ` : " ", text));
+}
+
+const elicitation = { id: null, form: null };
+
+// Only a web page is offered: the portal drops other schemes, and the browser checks again.
+function webPage(url) {
+  try {
+    const parsed = new URL(url);
+    return parsed.protocol === "https:" || parsed.protocol === "http:" ? parsed : null;
+  } catch {
+    return null;
+  }
+}
+
+function openPage(url) {
+  if (webPage(url)) window.open(url, "_blank", "noopener,noreferrer");
+}
+
+// A page to visit: its address in full (the host in bold), opened only when the person says so.
+function urlBlock(url) {
+  const page = webPage(url);
+  return h("p", { class: "url-elicitation" }, "The server wants you to open ",
+    page ? h("strong", { text: page.host }) : null, ": ", h("code", { text: url }));
+}
+
+function showElicitation(event) {
+  elicitation.id = event.elicitation;
+  elicitation.mode = event.mode;
+  elicitation.url = event.url;
+  $("elicitation-message").textContent = event.message;
+  $("elicitation-error").textContent = "";
+  if (event.mode === "url") {
+    elicitation.form = null;
+    $("elicitation-fields").replaceChildren(urlBlock(event.url));
+    $("elicitation-accept").textContent = "Open the page";
+  } else {
+    elicitation.form = buildForm(event.schema, event.defaults || {});
+    $("elicitation-fields").replaceChildren(elicitation.form.el);
+    $("elicitation-accept").textContent = "Accept";
+  }
+  $("elicitation").hidden = false;
+  $("elicitation").querySelector("input, select, textarea, button.primary")?.focus();
+}
+
+function closeElicitation() {
+  elicitation.id = null;
+  $("elicitation").hidden = true;
+  $("elicitation-fields").replaceChildren();
+}
+
+function answerElicitation(action) {
+  if (!elicitation.id) return;
+  let content;
+  if (action === "accept" && elicitation.mode === "url") {
+    openPage(elicitation.url); // the person's consent: now, and only now, the page opens
+  } else if (action === "accept") {
+    try {
+      content = elicitation.form.read();
+    } catch (error) {
+      if (error instanceof FieldError) {
+        showErrors($("elicitation-fields"), [{ path: error.path, message: error.message }], $("elicitation-error"));
+        return;
+      }
+      throw error;
+    }
+  }
+  socket.send({ type: "answer_elicitation", ref: `e:${elicitation.id}`, elicitation: elicitation.id, action, content });
+}
+
+$("elicitation").addEventListener("submit", (event) => {
+  event.preventDefault();
+  answerElicitation("accept");
+});
+$("elicitation-decline").addEventListener("click", () => answerElicitation("decline"));
+$("elicitation-cancel").addEventListener("click", () => answerElicitation("cancel"));
+
+function onElicitationEvent(event) {
+  if (event.type === "elicitation.auto_answered" && event.call === state.call) {
+    $("progress-message").textContent = `The server asked "${event.message}"; your team's automatic answer (${event.action}) was given.`;
+  } else if (event.type === "elicitation.completed" && event.call === state.call) {
+    $("progress-message").textContent = "The server says the page is done.";
+  } else if (event.type === "elicitation.requested" && event.call === state.call) {
+    showElicitation(event);
+  } else if ((event.type === "elicitation.answered" || event.type === "elicitation.ended") && event.elicitation === elicitation.id) {
+    closeElicitation();
+  } else if (event.type === "error" && event.ref === `e:${elicitation.id}`) {
+    // The portal refused the answer (it checks it against the schema too): show why, keep the form.
+    showErrors($("elicitation-fields"), event.errors || [], $("elicitation-error"));
+    if (!event.errors) $("elicitation-error").textContent = event.message;
+  }
+}
+
+// Sampling: the server's messages shown, the person writes (or edits) the reply and approves it.
+const sampling = { id: null };
+
+function samplingText(content) {
+  const blocks = Array.isArray(content) ? content : [content];
+  return blocks.map((block) => (block?.type === "text" ? block.text : `[${block?.type || "unknown"} content]`)).join("\n");
+}
+
+function showSampling(event) {
+  const request = event.request || {};
+  sampling.id = event.sampling;
+  $("sampling-system").textContent = request.systemPrompt ? `System prompt: ${request.systemPrompt}` : "";
+  $("sampling-messages").replaceChildren(...(request.messages || []).map((message) =>
+    h("li", {}, h("span", { class: "badge", text: message.role }), " ", h("span", { class: "pre-wrap", text: samplingText(message.content) }))));
+  $("sampling-limits").textContent = `At most ${request.maxTokens} tokens` +
+    (request.temperature != null ? `, temperature ${request.temperature}` : "") +
+    (request.modelPreferences?.hints?.length ? `; model hints: ${request.modelPreferences.hints.map((hint) => hint.name).join(", ")}` : "");
+  $("sampling-reply").value = "";
+  $("sampling-error").textContent = "";
+  $("sampling").hidden = false;
+  $("sampling-reply").focus();
+}
+
+function closeSampling() {
+  sampling.id = null;
+  $("sampling").hidden = true;
+}
+
+function answerSampling(action) {
+  if (!sampling.id) return;
+  const message = { type: "answer_sampling", ref: `s:${sampling.id}`, sampling: sampling.id, action };
+  if (action === "approve") {
+    const text = $("sampling-reply").value;
+    if (!text.trim()) {
+      $("sampling-error").textContent = "Write the reply first (or decline).";
+      return;
+    }
+    Object.assign(message, { text, model: $("sampling-model").value.trim() || "human" });
+  }
+  socket.send(message);
+}
+
+$("sampling").addEventListener("submit", (event) => {
+  event.preventDefault();
+  answerSampling("approve");
+});
+$("sampling-decline").addEventListener("click", () => answerSampling("decline"));
+$("sampling-reply").addEventListener("input", () => { $("sampling-error").textContent = ""; });
+
+function onSamplingEvent(event) {
+  if (event.type === "sampling.requested" && event.call === state.call) {
+    showSampling(event);
+  } else if ((event.type === "sampling.answered" || event.type === "sampling.ended") && event.sampling === sampling.id) {
+    closeSampling();
+  } else if (event.type === "error" && event.ref === `s:${sampling.id}`) {
+    $("sampling-error").textContent = event.message;
   }
 }
 
@@ -252,7 +442,7 @@ function renderBlock(block) {
       if (!SAFE_MEDIA.test(block.mimeType || "")) return h("p", { class: "muted", text: `Audio of type ${block.mimeType}` });
       return h("audio", { controls: true, src: `data:${block.mimeType};base64,${block.data}` });
     case "resource_link":
-      return h("p", { class: "resource-link" }, "Resource: ", h("code", { text: block.uri }), block.name ? ` (${block.name})` : "");
+      return renderResourceLink(block);
     case "resource": {
       const res = block.resource || {};
       return h("div", { class: "resource" }, h("code", { text: res.uri || "" }),
@@ -261,6 +451,32 @@ function renderBlock(block) {
     default:
       return h("pre", { class: "json", text: JSON.stringify(block, null, 2) });
   }
+}
+
+// A link to a resource: read it (resources/read on the same server) where it stands.
+const links = new Map(); // ref → the element the contents go into
+
+function renderResourceLink(block) {
+  const box = h("div", { class: "resource-contents" });
+  const read = h("button", { type: "button", class: "link", text: "Read it", onclick: () => {
+    const ref = nextRef("link");
+    links.set(ref, box);
+    read.disabled = true;
+    box.replaceChildren(h("p", { class: "muted small", text: "Reading…" }));
+    socket.send({ type: "read_resource", server: state.server.id, uri: String(block.uri || ""), ref });
+  } });
+  const title = block.title || block.name;
+  return h("div", { class: "resource-link" }, h("p", {}, "Resource: ", h("code", { text: block.uri }), title ? ` (${title})` : "",
+    block.mimeType ? ` · ${block.mimeType}` : "", " ", read), block.description ? h("p", { class: "muted small", text: block.description }) : null, box);
+}
+
+function onResourceRead(event) {
+  const box = links.get(event.ref);
+  if (!box) return;
+  links.delete(event.ref);
+  box.replaceChildren(...(event.error
+    ? [h("div", { class: "call-error", role: "alert" }, h("strong", { text: `${event.error.kind}: ` }), event.error.message)]
+    : event.contents.map(renderResourceContents)));
 }
 
 // -- approvals ------------------------------------------------------------------------------
@@ -374,7 +590,9 @@ const socket = connect({
     if (status === "connected") socket.send({ type: "list_approvals" });
   },
   onEvent(event) {
-    if (event.type === "tools") {
+    if (event.type === "resource.read") {
+      onResourceRead(event);
+    } else if (event.type === "tools") {
       const server = servers.get(event.server);
       if (!server) return;
       if (event.error) {
@@ -403,6 +621,10 @@ const socket = connect({
         $("tools-status").textContent = "The server's tools changed; listing them again…";
         socket.send({ type: "list_tools", server: server.id, refresh: true });
       }
+    } else if (event.type?.startsWith("elicitation.") || (event.type === "error" && String(event.ref || "").startsWith("e:"))) {
+      onElicitationEvent(event);
+    } else if (event.type?.startsWith("sampling.") || (event.type === "error" && String(event.ref || "").startsWith("s:"))) {
+      onSamplingEvent(event);
     } else if (event.type === "error") {
       if (typeof event.ref === "string" && event.ref.startsWith("approval:")) {
         $("approval-error").textContent = event.message;

@@ -32,24 +32,75 @@ function wrap(path, label, control, schema, inputId) {
 
 const ABSENT = Symbol("absent");
 
+// The options of an enum as {value, title}: `enum` (with the older `enumNames`), or `oneOf` / `anyOf`
+// of `{const, title}` (MCP's titled enums). Null when the schema is no enum.
+function choices(schema) {
+  const titled = schema.oneOf || schema.anyOf;
+  if (Array.isArray(titled) && titled.length > 0 && titled.every((option) => option && "const" in option)) {
+    return titled.map((option) => ({ value: option.const, title: String(option.title ?? option.const) }));
+  }
+  if (Array.isArray(schema.enum)) {
+    const names = Array.isArray(schema.enumNames) ? schema.enumNames : [];
+    return schema.enum.map((option, i) => ({ value: option, title: String(names[i] ?? option) }));
+  }
+  return null;
+}
+
+// What the browser knows of the field's constraints (type=email, min, max, minlength…), checked
+// before anything is sent; the portal checks the answer again against the schema.
+function checkValidity(input, path) {
+  if (!input.checkValidity()) throw new FieldError(path, input.validationMessage || "This value is not valid.");
+}
+
+function renderMultiSelect(schema, options, name, path, required, value) {
+  const chosen = new Set(Array.isArray(value) ? value : []);
+  const boxes = options.map((option) => {
+    const box = h("input", { type: "checkbox", checked: chosen.has(option.value) });
+    return { box, option, label: h("label", { class: "checkbox" }, box, " ", option.title) };
+  });
+  const legend = h("legend", {}, schema.title || name, required ? h("span", { class: "required", "aria-hidden": "true", text: " *" }) : null);
+  const el = h("fieldset", { class: "multi-select", "data-path": JSON.stringify(path) }, legend,
+    boxes.map((b) => b.label),
+    schema.description ? h("div", { class: "help", text: schema.description }) : null,
+    h("div", { class: "error", role: "alert" }));
+  return {
+    el,
+    read: () => {
+      const out = boxes.filter((b) => b.box.checked).map((b) => b.option.value);
+      if (schema.minItems != null && out.length < schema.minItems) {
+        throw new FieldError(path, `Choose at least ${schema.minItems}.`);
+      }
+      if (schema.maxItems != null && out.length > schema.maxItems) {
+        throw new FieldError(path, `Choose at most ${schema.maxItems}.`);
+      }
+      return out.length === 0 && !required ? ABSENT : out;
+    },
+  };
+}
+
 export function renderField(schema, name, path, required, initial) {
   schema = schema || {};
   const type = mainType(schema);
   const value = initial !== undefined ? initial : schema.default;
 
-  if (!isSimple(schema) || type === undefined) return renderJson(schema, name, path, required, value);
-
-  if (schema.enum) {
+  const single = choices(schema);
+  if (single) {
     const id = fieldId();
+    // No option is picked for the person: a required choice without a default starts empty.
     const select = h("select", { id, required },
-      required ? null : h("option", { value: "", text: "—" }),
-      schema.enum.map((option, i) => h("option", { value: String(i), text: String(option), selected: value === option })),
+      required && value !== undefined ? null : h("option", { value: "", text: "—" }),
+      single.map((option, i) => h("option", { value: String(i), text: option.title, selected: value === option.value })),
     );
     return {
       el: wrap(path, labelFor(name, schema, required), select, schema, id),
-      read: () => (select.value === "" ? ABSENT : schema.enum[Number(select.value)]),
+      read: () => (select.value === "" ? ABSENT : single[Number(select.value)].value),
     };
   }
+
+  const multiple = type === "array" ? choices(schema.items || {}) : null;
+  if (multiple) return renderMultiSelect(schema, multiple, name, path, required, value);
+
+  if (!isSimple(schema) || type === undefined) return renderJson(schema, name, path, required, value);
 
   if (type === "boolean") {
     const id = fieldId();
@@ -70,6 +121,7 @@ export function renderField(schema, name, path, required, initial) {
       el: wrap(path, labelFor(name, schema, required), input, schema, id),
       read: () => {
         if (input.value.trim() === "") return ABSENT;
+        checkValidity(input, path);
         const number = Number(input.value);
         return Number.isNaN(number) ? input.value : number;
       },
@@ -89,6 +141,7 @@ export function renderField(schema, name, path, required, initial) {
       read: () => {
         // An empty field is left out; if it was required, the schema check names it.
         if (input.value === "") return ABSENT;
+        checkValidity(input, path);
         return schema.format === "date-time" && inputType === "datetime-local" ? new Date(input.value).toISOString() : input.value;
       },
     };

@@ -47,6 +47,18 @@ def test_it_registers_a_stdio_server(alice):
     assert server.args == DEMO_ARGS
     assert server.env == {"DEMO_MODE": "1", "EMPTY": ""}
     assert server.request_timeout == 30 and server.enabled
+    assert server.roots == [] and server.elicitation_timeout is None
+
+
+def test_it_keeps_roots_and_the_time_to_answer_a_form(alice):
+    team = alice.memberships.get().team
+    form = stdio_form(team, roots="file:///srv/a\n\n file:///srv/b/ ", elicitation_timeout="90")
+    logged_in(alice).post("/servers/add/", form)
+    server = Server.objects.get()
+    assert server.roots == ["file:///srv/a", "file:///srv/b/"]
+    assert server.seconds_to_answer == 90
+    page = logged_in(alice).get(f"/servers/{server.pk}/")
+    assert b"<code>file:///srv/a</code>" in page.content
 
 
 def test_it_registers_a_streamable_http_server_with_headers(alice):
@@ -83,6 +95,13 @@ def test_it_registers_a_streamable_http_server_with_headers(alice):
             "Line 1: 'Bad Header' is not a valid header name.",
         ),
         ({"request_timeout": "0"}, "request_timeout", "Ensure this value is greater than or equal to 1."),
+        ({"roots": "/home/me"}, "roots", "'/home/me' is not a file:// URI (file:///home/me/project)."),
+        (
+            {"roots": "https://x.example/"},
+            "roots",
+            "'https://x.example/' is not a file:// URI (file:///home/me/project).",
+        ),
+        ({"elicitation_timeout": "0"}, "elicitation_timeout", "Ensure this value is greater than or equal to 1."),
     ],
 )
 def test_it_explains_what_is_wrong(alice, overrides, field, message):

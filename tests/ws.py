@@ -61,6 +61,17 @@ class Playground:
             if event.get("type") == type_ and all(event.get(k) == v for k, v in match.items()):
                 return event
 
+    async def until_any(self, types: set[str], timeout: float = 30, **match: Any) -> dict[str, Any]:
+        """Read events until one has one of these types and these fields."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                raise TimeoutError(f"no {types} {match} event; saw {[e.get('type') for e in self.seen]}")
+            event = await self.receive(timeout=left)
+            if event.get("type") in types and all(event.get(k) == v for k, v in match.items()):
+                return event
+
     async def call(
         self, server: int, tool: str, arguments: dict | None = None, timeout: float = 30, approve: str | None = None
     ) -> dict[str, Any]:

@@ -77,6 +77,9 @@ class ServerConfig:
     # Restart the request deadline whenever the server reports progress, so a long tool that
     # keeps saying how far it got is not cut off (the SDK cannot reset its own timeout).
     reset_timeout_on_progress: bool = False
+    log_level: str = "info"  # the least severe server log message wanted; "" for none
+    # The file:// roots the server's admin gave it, answered to roots/list.
+    roots: tuple[str, ...] = ()
     protocol: Protocol = "auto"
     negotiated: Negotiated | None = None
     # Where `${VAR}` comes from; left out of equality, repr and the fingerprint.
@@ -111,7 +114,12 @@ class ServerConfig:
             "url": self.url,
             "headers": self.headers,
             "protocol": self.protocol,
+            "log_level": self.log_level,  # the client opts in to logs when it is built
         }
+        if self.roots:
+            # The roots a session was told are its own: new roots, new session. Left out when
+            # there are none, so servers without roots keep the fingerprints they had.
+            shape["roots"] = list(self.roots)
         return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
     def connect_mode(self) -> tuple[str, dict[str, Any] | None]:

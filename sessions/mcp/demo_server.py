@@ -26,17 +26,23 @@ from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.prompts.base import AssistantMessage, Message, UserMessage
-from mcp.server.mcpserver.resolve import Elicit, Resolve
+from mcp.server.mcpserver.resolve import Elicit, ListRoots, Resolve, Sample
+from mcp.shared.exceptions import UrlElicitationRequiredError
 from mcp.types import (
     Completion,
     CompletionArgument,
     CompletionContext,
+    CreateMessageResult,
+    ElicitRequestURLParams,
     EmptyResult,
     ImageContent,
     ListResourcesResult,
+    ListRootsResult,
     PaginatedRequestParams,
     PromptReference,
+    ResourceLink,
     ResourceTemplateReference,
+    SamplingMessage,
     SubscribeRequestParams,
     TextContent,
     ToolAnnotations,
@@ -138,13 +144,153 @@ def ask(topic: str, answer: Annotated[ElicitationResult[Contact], Resolve(ask_co
     return f"no contact given ({answer.action})"
 
 
+def _titled(*options: tuple[str, str]) -> Any:
+    # MCP's titled single-select: oneOf of {const, title}, instead of pydantic's bare enum.
+    def extra(schema: dict[str, Any]) -> None:
+        schema.pop("enum", None)
+        schema["oneOf"] = [{"const": value, "title": title} for value, title in options]
+
+    return extra
+
+
+class Survey(BaseModel):
+    """Every kind of field an elicitation form may hold (MCP's PrimitiveSchemaDefinition)."""
+
+    name: str = Field(title="Name", min_length=2, max_length=40)
+    email: str = Field(title="Email", json_schema_extra={"format": "email"})
+    website: str = Field(default="https://example.org", title="Website", json_schema_extra={"format": "uri"})
+    birthday: str = Field(title="Birthday", json_schema_extra={"format": "date"})
+    meeting: str | None = Field(default=None, title="Meeting time", json_schema_extra={"format": "date-time"})
+    age: int = Field(title="Age", ge=18, le=120)
+    rating: float = Field(default=4.5, title="Rating", ge=0, le=5)
+    subscribe: bool = Field(default=True, title="Subscribe")
+    size: Literal["s", "m", "l"] = Field(
+        default="m", title="Size", json_schema_extra=_titled(("s", "Small"), ("m", "Medium"), ("l", "Large"))
+    )
+    colour: Literal["red", "green", "blue"] = Field(title="Colour")
+    toppings: list[Literal["cheese", "ham", "olives"]] = Field(
+        default=["cheese"], title="Toppings", min_length=1, max_length=2
+    )
+
+
+def ask_survey() -> Elicit[Survey]:
+    return Elicit("A few questions, one of each kind", Survey)
+
+
+@server.tool(
+    title="Survey",
+    description="Ask for one field of every kind an elicitation form can hold, and answer with what came back.",
+    annotations=ToolAnnotations(readOnlyHint=True),
+)
+def survey(answer: Annotated[ElicitationResult[Survey], Resolve(ask_survey)]) -> str:
+    if isinstance(answer, AcceptedElicitation):
+        return json.dumps(answer.data.model_dump(), sort_keys=True)
+    return f"no answers ({answer.action})"
+
+
+def ask_for_a_summary(text: str) -> Sample:
+    return Sample(
+        [SamplingMessage(role="user", content=TextContent(type="text", text=f"Summarize in one line: {text}"))],
+        max_tokens=100,
+        system_prompt="You write one-line summaries.",
+    )
+
+
+@server.tool(
+    title="Summarize (sampling)",
+    description="Ask the client's model (sampling/createMessage) for a one-line summary of the text.",
+    annotations=ToolAnnotations(readOnlyHint=True),
+)
+def summarize(text: str, reply: Annotated[CreateMessageResult, Resolve(ask_for_a_summary)]) -> str:
+    content = reply.content
+    said = content.text if isinstance(content, TextContent) else str(content)
+    return f"{reply.model} says: {said}"
+
+
+CONSENT_URL = os.environ.get("DEMO_CONSENT_URL", "https://example.org/consent")
+
+
+@server.tool(
+    title="Connect an account (URL elicitation)",
+    description="Send the user to a web page (URL-mode elicitation; handshake era), then say it is done.",
+    annotations=ToolAnnotations(readOnlyHint=True),
+)
+async def connect_account(ctx: Context, url: str = CONSENT_URL) -> str:
+    answer = await ctx.elicit_url("Sign in to the demo service to connect your account.", url, "demo-connect")
+    if answer.action != "accept":
+        return f"not connected ({answer.action})"
+    # The page "completed" at once: tell the client, as a real service would once the person is done.
+    await ctx.request_context.session.send_elicit_complete("demo-connect", ctx.request_id)
+    return "account connected"
+
+
+_authorized: set[str] = set()
+
+
+@server.tool(
+    title="Needs authorization (-32042)",
+    description="Fail with -32042 (URL elicitation required) the first time, succeed when called again.",
+    annotations=ToolAnnotations(readOnlyHint=True),
+)
+def needs_authorization(account: str = "demo") -> str:
+    if account not in _authorized:
+        _authorized.add(account)
+        raise UrlElicitationRequiredError(
+            [
+                ElicitRequestURLParams(
+                    mode="url",
+                    message=f"Authorize access to {account} first.",
+                    url=f"{CONSENT_URL}?account={account}",
+                    elicitation_id=f"authorize-{account}",
+                )
+            ]
+        )
+    return f"{account} is authorized"
+
+
+def list_roots() -> ListRoots:
+    return ListRoots()
+
+
+@server.tool(
+    title="Roots",
+    description="Ask the client for its roots (roots/list) and answer with them.",
+    annotations=ToolAnnotations(readOnlyHint=True),
+)
+def roots(listed: Annotated[ListRootsResult, Resolve(list_roots)]) -> dict[str, list[dict[str, str]]]:
+    return {"roots": [{"uri": str(root.uri), "name": root.name or ""} for root in listed.roots]}
+
+
+@server.tool(
+    title="Link a resource",
+    description="Answer with a resource_link to the demo's read-me (the client reads it with resources/read).",
+    annotations=ToolAnnotations(readOnlyHint=True),
+)
+def link() -> list:
+    return [
+        TextContent(type="text", text="Here is the read-me:"),
+        ResourceLink(type="resource_link", uri="demo://readme", name="readme", title="Read me", mime_type="text/plain"),
+    ]
+
+
 @server.tool(
     title="Sleep",
     description="Sleep for the given number of seconds (try Cancel, or a short timeout).",
     annotations=ToolAnnotations(readOnlyHint=True),
 )
-async def sleep(seconds: Annotated[float, Field(ge=0, le=3600)] = 5) -> str:
-    await asyncio.sleep(seconds)
+async def sleep(ctx: Context, seconds: Annotated[float, Field(ge=0, le=3600)] = 5) -> str:
+    # Says when it starts, so a test can cancel a call the server is surely running.
+    await ctx.info(f"sleeping {seconds:g} s")
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        # Proof that the cancellation reached the server: on stderr, and in a file tests can read.
+        note = f"sleep cancelled after less than {seconds} s"
+        print(note, file=sys.stderr, flush=True)
+        if os.environ.get("DEMO_EVENT_LOG"):
+            with open(os.environ["DEMO_EVENT_LOG"], "a") as events:
+                events.write(note + "\n")
+        raise
     return f"slept {seconds} s"
 
 
@@ -159,6 +305,19 @@ MAX_BIG_BYTES = 50 * 1024 * 1024
 def big(size_bytes: Annotated[int, Field(ge=0, le=MAX_BIG_BYTES)] = 1024 * 1024) -> str:
     line = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-=~!@#$%^&*()_+[]{};:,.<>/?|\n"
     return (line * (size_bytes // len(line) + 1))[:size_bytes]
+
+
+@server.tool(
+    title="Chatter",
+    description="Log one message at each of debug, info, warning and error, then answer.",
+    annotations=ToolAnnotations(readOnlyHint=True),
+)
+async def chatter(ctx: Context, text: str = "hello") -> str:
+    await ctx.debug(f"debug: {text}")
+    await ctx.info(f"info: {text}")
+    await ctx.warning(f"warning: {text}")
+    await ctx.error(f"error: {text}")
+    return f"logged {text!r} four times"
 
 
 @server.tool(

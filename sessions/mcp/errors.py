@@ -39,6 +39,8 @@ class Failure:
     message: str
     stderr_tail: str = ""
     status_code: int | None = None
+    # What the person must do before a retry can work: the URL elicitations of an error -32042.
+    elicitations: list[dict[str, Any]] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import logging
+import math
 import tempfile
 import threading
 import time
@@ -25,6 +27,7 @@ from typing import Any, TypeVar
 import anyio
 from mcp import Client, types
 from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_REQUEST
 
 from .config import MODERN_VERSION, ConnectionKey, Negotiated, ServerConfig
 from .errors import (
@@ -57,9 +60,70 @@ CLIENT_INFO = types.Implementation(name="mcp-portal", version="0.1.0")
 MAX_LIST_PAGES = 100  # a server that hands out cursors forever must not hang the worker
 MAX_CONSECUTIVE_TERMINAL_ERRORS = 3  # the seeds' MAX_ERRORS_BEFORE_RECONNECT
 MAX_SESSION_RETRIES = 1  # the seeds' MAX_SESSION_RETRIES
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")  # RFC 5424 order
 ProgressSink = Callable[[float, float | None, str | None], Awaitable[None]]
+# An elicitation: (message, requested schema, request id) -> {"action": ..., "content": {...}}
+ElicitSink = Callable[[str, dict[str, Any], str], Awaitable[dict[str, Any]]]
+# A URL-mode elicitation: (message, url, elicitation id, request id) -> {"action": ...}; the person's
+# consent to open the URL is "accept".
+ElicitUrlSink = Callable[[str, str, str, str], Awaitable[dict[str, Any]]]
+# The server says a URL elicitation is complete (handshake era): (elicitation id)
+ElicitDoneSink = Callable[[str], Awaitable[None]]
+# A sampling request: (the request's params as JSON, request id) -> {"action": "approve", "text": ..., "model": ...}
+# or {"action": "decline"}
+SampleSink = Callable[[dict[str, Any], str], Awaitable[dict[str, Any]]]
+# A server log message: (level, logger, data)
+LogSink = Callable[[str, str | None, Any], Awaitable[None]]
+
+
+@dataclass
+class CallHooks:
+    """Where the server's words during one call go: progress, elicitation forms, log messages.
+
+    Server requests and notifications are routed to the call being served (see `Connection`).
+    While a person answers an elicitation the call's deadline does not count (mcp-sdk-notes §4:
+    in the handshake era the request clock keeps running during the callback).
+    """
+
+    on_progress: ProgressSink | None = None
+    on_elicit: ElicitSink | None = None
+    on_elicit_url: ElicitUrlSink | None = None
+    on_elicit_done: ElicitDoneSink | None = None
+    on_sample: SampleSink | None = None
+    on_log: LogSink | None = None
+    _scope: anyio.CancelScope | None = None
+    _seconds: float = 0.0
+
+    def pause_deadline(self) -> None:
+        if self._scope is not None:
+            self._scope.deadline = math.inf
+
+    def restart_deadline(self) -> None:
+        if self._scope is not None:
+            self._scope.deadline = anyio.current_time() + self._seconds
+
+
+# The call this task is serving. In 2026 mode server requests arrive as input_required rounds whose
+# callbacks run in the caller's task, so this is visible there; in the handshake era they run in the
+# session's receive loop, and the connection falls back to its calls in flight.
+serving: contextvars.ContextVar[CallHooks | None] = contextvars.ContextVar("serving", default=None)
+
+
+def url_required(error: types.ErrorData) -> Failure:
+    """Error -32042: the server wants the person to visit pages first; the call can be retried after."""
+    data = error.data if isinstance(error.data, dict) else {}
+    wanted = [e for e in data.get("elicitations") or [] if isinstance(e, dict)]
+    return Failure("url_elicitation_required", error.message, elicitations=wanted[:10])
+
+
+def root_name(uri: str) -> str:
+    """What a person calls a root: its last path segment."""
+    return uri.rstrip("/").rsplit("/", 1)[-1] or uri
+
+
 # JSON-RPC errors that are the server's answer to one request (unknown resource or prompt,
 # bad arguments, a failing handler): the connection is fine, and the server's message says why.
+URL_ELICITATION_REQUIRED = -32042
 SERVER_REFUSALS = frozenset({types.METHOD_NOT_FOUND, types.INVALID_PARAMS, types.INTERNAL_ERROR, -32002})
 
 # Connection statuses as the portal shows them ("disabled" is the registry's, not the pool's).
@@ -102,6 +166,7 @@ class CallOutcome:
     duration_ms: float = 0.0
     errors: list[dict[str, Any]] = field(default_factory=list)  # per-field argument errors
     retried: bool = False  # the session had expired and the call ran again on a new one
+    truncated: dict[str, Any] | None = None  # set by the caller that cut the result
 
 
 class RequestTimedOut(Exception):
@@ -131,6 +196,8 @@ class Connection:
     _errlog: Any = None
     _last_stderr: str = ""
     http: HttpTrace = field(default_factory=HttpTrace)
+    calls: list[CallHooks] = field(default_factory=list)  # in flight, oldest first
+    on_server_log: LogSink | None = None  # logs that arrive outside any call
     subscriptions: ResourceSubscriptions | None = None
 
     async def open(self) -> None:
@@ -162,8 +229,84 @@ class Connection:
             prior_discover=types.DiscoverResult.model_validate(discover) if discover else None,
             client_info=CLIENT_INFO,
             message_handler=self._on_message,
+            elicitation_callback=self._on_elicit,
+            list_roots_callback=self._on_list_roots,
+            sampling_callback=self._on_sample,
+            logging_callback=self._on_log,
+            log_level=config.log_level or None,  # type: ignore[arg-type]
             cache=None,  # the pool caches lists itself, per connection
         )
+
+    def _serving(self) -> CallHooks | None:
+        hooks = serving.get()
+        if hooks is None and self.calls:
+            # Handshake era: the request arrives on the session's receive loop, outside the caller's
+            # task. One call in flight is the one asking; with several the request carries nothing
+            # that says which, so it goes to the most recent.
+            hooks = self.calls[-1]
+        return hooks
+
+    async def _on_elicit(self, ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData:
+        hooks = self._serving()
+        request_id = str(getattr(ctx, "request_id", "") or "")
+        if isinstance(params, types.ElicitRequestURLParams) and hooks is not None and hooks.on_elicit_url is not None:
+            hooks.pause_deadline()
+            try:
+                # At 2026-07-28 there is no elicitation id: the request id names it.
+                eid = params.elicitation_id or request_id
+                answer = await hooks.on_elicit_url(params.message, params.url, eid, request_id)
+            finally:
+                hooks.restart_deadline()
+            action = answer.get("action")
+            return types.ElicitResult(action=action if action in ("accept", "decline") else "cancel")
+        if hooks is None or hooks.on_elicit is None or not isinstance(params, types.ElicitRequestFormParams):
+            return types.ErrorData(code=INVALID_REQUEST, message="nobody here can answer this elicitation")
+        hooks.pause_deadline()
+        try:
+            answer = await hooks.on_elicit(params.message, dict(params.requested_schema), request_id)
+        finally:
+            hooks.restart_deadline()
+        action = answer.get("action")
+        if action == "accept":
+            return types.ElicitResult(action="accept", content=answer.get("content") or {})
+        return types.ElicitResult(action="decline" if action == "decline" else "cancel")
+
+    async def _on_sample(
+        self, ctx: Any, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult | types.ErrorData:
+        """A person reads the messages and writes (or edits) the reply: no model is called."""
+        hooks = self._serving()
+        if hooks is None or hooks.on_sample is None:
+            return types.ErrorData(code=INVALID_REQUEST, message="nobody here can answer this sampling request")
+        hooks.pause_deadline()
+        try:
+            request_id = str(getattr(ctx, "request_id", "") or "")
+            asked = params.model_dump(mode="json", by_alias=True, exclude_none=True)
+            answer = await hooks.on_sample(asked, request_id)
+        finally:
+            hooks.restart_deadline()
+        if answer.get("action") != "approve":
+            # What the spec suggests for a person's refusal: an error the server can tell apart.
+            return types.ErrorData(code=-1, message="The user declined the sampling request.")
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text=str(answer.get("text", ""))),
+            model=str(answer.get("model") or "human"),
+            stop_reason="endTurn",
+        )
+
+    async def _on_list_roots(self, ctx: Any) -> types.ListRootsResult:
+        return types.ListRootsResult(roots=[types.Root(uri=uri, name=root_name(uri)) for uri in self.config.roots])
+
+    async def _on_log(self, params: types.LoggingMessageNotificationParams) -> None:
+        # Servers in the handshake era may ignore logging/setLevel: the level is enforced here too.
+        wanted = LOG_LEVELS.index(self.config.log_level) if self.config.log_level in LOG_LEVELS else len(LOG_LEVELS)
+        if params.level in LOG_LEVELS and LOG_LEVELS.index(params.level) < wanted:
+            return
+        hooks = self._serving()
+        sink = hooks.on_log if hooks is not None else self.on_server_log
+        if sink is not None:
+            await sink(str(params.level), params.logger, params.data)
 
     async def _live(self) -> None:
         assert self._ready is not None
@@ -179,6 +322,12 @@ class Connection:
                     client.session.adopt(types.DiscoverResult.model_validate(raw))
                 self.client = client
                 self.negotiated = self._what_was_negotiated(client)
+                if self.negotiated.era == "legacy" and config.log_level and client.server_capabilities.logging:
+                    # The handshake era has no per-request opt-in: ask once for the level wanted.
+                    try:
+                        await self.request(lambda: client.set_logging_level(config.log_level))  # type: ignore[arg-type]
+                    except Exception as exc:  # noqa: BLE001 - a server that will not filter still serves calls
+                        log.debug("%s refused logging/setLevel: %r", self.config.name, exc)
                 async with anyio.create_task_group() as tg:
                     if self.negotiated.era == "modern" and client.server_capabilities.tools is not None:
                         tg.start_soon(self._listen_for_changes, client)
@@ -222,6 +371,10 @@ class Connection:
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
             await self._tools_changed()
+        elif isinstance(message, types.ElicitCompleteNotification):
+            hooks = self._serving()
+            if hooks is not None and hooks.on_elicit_done is not None:
+                await hooks.on_elicit_done(str(message.params.elicitation_id))
         elif isinstance(message, types.ResourceUpdatedNotification) and self.subscriptions is not None:
             await self.subscriptions.on_notification(str(message.params.uri))
         elif isinstance(message, Exception):
@@ -302,7 +455,7 @@ class Connection:
         return self.tools
 
     async def call_tool(
-        self, tool: str, arguments: dict[str, Any], on_progress: ProgressSink | None = None
+        self, tool: str, arguments: dict[str, Any], hooks: CallHooks | None = None
     ) -> types.CallToolResult:
         """Call a tool under the request deadline.
 
@@ -313,15 +466,23 @@ class Connection:
         client = self.client
         assert client is not None
         seconds = self.config.request_timeout
-        with anyio.CancelScope(deadline=anyio.current_time() + seconds) as scope:
+        hooks = hooks or CallHooks()
+        token = serving.set(hooks)
+        self.calls.append(hooks)
+        try:
+            with anyio.CancelScope(deadline=anyio.current_time() + seconds) as scope:
+                hooks._scope, hooks._seconds = scope, seconds
 
-            async def progress(value: float, total: float | None, message: str | None) -> None:
-                if self.config.reset_timeout_on_progress:
-                    scope.deadline = anyio.current_time() + seconds
-                if on_progress is not None:
-                    await on_progress(value, total, message)
+                async def progress(value: float, total: float | None, message: str | None) -> None:
+                    if self.config.reset_timeout_on_progress and math.isfinite(scope.deadline):
+                        hooks.restart_deadline()
+                    if hooks.on_progress is not None:
+                        await hooks.on_progress(value, total, message)
 
-            return await client.call_tool(tool, arguments, progress_callback=progress)
+                return await client.call_tool(tool, arguments, progress_callback=progress)
+        finally:
+            self.calls.remove(hooks)
+            serving.reset(token)
         raise RequestTimedOut(seconds)
 
     async def check_health(self) -> None:
@@ -581,6 +742,8 @@ class ConnectionPool:
             except BaseException as exc:
                 if isinstance(exc, asyncio.CancelledError):
                     raise
+                if isinstance(exc, MCPError) and exc.error.code == URL_ELICITATION_REQUIRED:
+                    raise ConnectionFailed(url_required(exc.error)) from exc
                 if attempt < MAX_SESSION_RETRIES and conn.session_expired(exc):
                     log.info("session with %s expired; reconnecting once", config.name)
                     await self.drop(key, PENDING)
@@ -609,6 +772,7 @@ class ConnectionPool:
         tool: str,
         arguments: dict[str, Any],
         on_progress: ProgressSink | None = None,
+        hooks: CallHooks | None = None,
     ) -> CallOutcome:
         started = time.monotonic()
         attempts = 0
@@ -616,7 +780,7 @@ class ConnectionPool:
         async def call(conn: Connection) -> types.CallToolResult:
             nonlocal attempts
             attempts += 1
-            return await conn.call_tool(tool, arguments, on_progress)
+            return await conn.call_tool(tool, arguments, hooks or CallHooks(on_progress=on_progress))
 
         def ended(outcome: CallOutcome) -> CallOutcome:
             outcome.duration_ms = round((time.monotonic() - started) * 1000, 3)
@@ -820,6 +984,7 @@ __all__ = [
     "MODERN_VERSION",
     "NEEDS_AUTH",
     "PENDING",
+    "CallHooks",
     "CallOutcome",
     "Connection",
     "ConnectionPool",

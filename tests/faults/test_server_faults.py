@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 
 from sessions.models import CallStatus, ToolCall
 from tests.faults.conftest import assert_no_call_left_running, assert_recorded
@@ -78,6 +79,9 @@ def test_a_server_flooding_notifications(alice, fault_server, worker):
     # The page gets a bounded number of progress events (a burst, then a rate), the last one included.
     shown = [e for e in seen if e.get("type") == "call.progress" and e.get("call") == ended["call"]]
     assert 20 <= len(shown) < 3000 and shown[-1]["progress"] == 3000
+    # Log lines are thinned out the same way, each saying how many were left out before it.
+    logs = [e for e in seen if e.get("type") == "call.log" and e.get("call") == ended["call"]]
+    assert 20 <= len(logs) < 3000 and len(logs) + sum(e.get("skipped", 0) for e in logs) <= 3000
     assert_no_call_left_running()
 
 
@@ -93,11 +97,13 @@ def test_a_server_answering_with_50_megabytes(alice, fault_server, worker):
     ended = asyncio.run(scenario())
     assert ended["status"] == "succeeded", {k: v for k, v in ended.items() if k != "result"}
     # Daphne sends nothing over 1 MiB: the event goes without the result, saying where it is.
-    assert "result" not in ended and "kept in the call's history" in ended["omitted"]
+    # Cut as the seeds cut it (MCP_MAX_OUTPUT_TOKENS), so the event fits the socket; the notice says so.
+    assert ended["result"]["content"][-1]["text"].startswith("[OUTPUT TRUNCATED"), ended.get("omitted")
+    assert ended["details"]["truncated"]["full_bytes"] > 50 * 1024 * 1024
     call = assert_recorded(ended["call"], CallStatus.SUCCEEDED)
-    text = call.result["content"][0]["text"]
-    # Whole, or cut with the truncation notice where truncation applies: never lost, never a failure.
-    assert len(text) == 50 * 1024 * 1024 or "TRUNCATED" in text
+    assert call.result["content"][-1]["text"].startswith("[OUTPUT TRUNCATED")
+    # The whole output is kept for download, up to its cap: never lost, never a failure.
+    assert len(call.full_output) == settings.MCP_FULL_OUTPUT_MAX_BYTES
     assert_no_call_left_running()
 
 
