@@ -37,6 +37,16 @@ class MessageError(Exception):
     """A browser message the portal will not act on; its text goes back to the browser."""
 
 
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(item) for item in value)
+    return False
+
+
 def _not_json(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -106,6 +116,9 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
                 raise MessageError("The message is not valid JSON.") from None
             if not isinstance(content, dict):
                 raise MessageError("A message must be a JSON object with a 'type'.")
+            if _has_nul(content):
+                # PostgreSQL cannot store U+0000 in text or JSON: refused here rather than failing the write.
+                raise MessageError("Messages may not contain the NUL character (\\u0000).")
             ref = content.get("ref") if isinstance(content.get("ref"), (str, int)) else None
             handler = self.handlers.get(content.get("type"))  # type: ignore[arg-type]
             if handler is None:

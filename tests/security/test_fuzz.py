@@ -145,3 +145,22 @@ def test_nan_and_infinity_are_refused_as_not_json(alice, demo_server):
     assert [r["type"] for r in replies] == ["error"] * 3
     assert all(r["message"] == "The message is not valid JSON." for r in replies)
     assert not ToolCall.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_nul_character_is_refused(alice, demo_server):
+    # PostgreSQL stores no U+0000 in JSON. Found by the fuzz in the distributed mode (a DataError).
+    cookie = session_cookie(alice)
+
+    async def scenario():
+        async with Playground(cookie) as ws:
+            replies = []
+            for arguments in ({"message": "a\x00b"}, {"\x00": "key"}, {"message": ["x", {"y": "\x00"}]}):
+                await ws.send({"type": "call", "server": demo_server.pk, "tool": "echo", "arguments": arguments})
+                replies.append(await ws.receive())
+            return replies
+
+    replies = asyncio.run(scenario())
+    assert [r["type"] for r in replies] == ["error"] * 3
+    assert all("NUL" in r["message"] for r in replies)
+    assert not ToolCall.objects.exists()
