@@ -66,9 +66,13 @@ def test_websocket_messages_always_get_an_answer_and_no_call_is_left_running(ali
     cookie = session_cookie(alice)
     server_id = demo_server.pk
 
+    ran = []
+
     @fuzz
     @given(batch=st.lists(messages(server_id), min_size=1, max_size=4))
     def case(batch):
+        ran.append(len(batch))
+
         async def scenario():
             async with Playground(cookie) as ws:
                 assert ws.connected
@@ -81,6 +85,7 @@ def test_websocket_messages_always_get_an_answer_and_no_call_is_left_running(ali
         asyncio.run(scenario())
 
     case()
+    assert len(ran) >= CASES  # the figure docs/security.md states
     deadline = time.monotonic() + 60
     while ToolCall.objects.exclude(status__in=FINISHED).exists() and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -115,9 +120,12 @@ def test_the_registration_form_never_errors(alice):
     client = Client()
     client.force_login(alice)
 
+    ran = []
+
     @fuzz
     @given(data=form_fields)
     def case(data):
+        ran.append(1)
         clean = {k: v.replace("\x00", "") for k, v in data.items()}  # the test client itself cannot send NUL
         response = client.post("/servers/add/", clean)
         assert response.status_code in (200, 302), response.status_code
@@ -125,6 +133,7 @@ def test_the_registration_form_never_errors(alice):
             Server.objects.all().delete()
 
     case()
+    assert len(ran) >= CASES
 
 
 @pytest.mark.django_db(transaction=True)
