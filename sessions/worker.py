@@ -24,7 +24,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.cache import cache
-from django.db import DatabaseError, close_old_connections
+from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections
 from django.utils import timezone
 
 from servers import actions as server_actions
@@ -231,16 +231,28 @@ def _finish_durably(call_id: str, call: ToolCall, ending: dict[str, Any]) -> Too
     next one on the same connection. So the broken connection is dropped and the write tried
     again, about once a second for half a minute, with the call's real outcome (not a failure
     of the bookkeeping), so a restart between a call's end and its record loses nothing.
+    A write the database refuses for what it holds is recorded as a failure that says why.
     """
+    ending = {**ending, "result": _storable(ending.get("result")), "error": _storable(ending.get("error", ""))}
     for attempt in range(1, FINISH_ATTEMPTS + 1):
         try:
             return actions.do_finish_tool_call(call_id, call=call, **ending)
-        except DatabaseError:
+        except (OperationalError, InterfaceError):
             if attempt == FINISH_ATTEMPTS:
                 raise
             log.warning("could not record the end of call %s (attempt %d); trying again", call_id, attempt)
             close_old_connections()
             time.sleep(1.0)
+        except DatabaseError as exc:
+            if ending.get("error_kind") == "unstorable":
+                raise
+            log.exception("the database refused the end of call %s", call_id)
+            close_old_connections()
+            ending = {
+                "status": CallStatus.FAILED,
+                "error": f"The call ended ({ending['status']}) but its outcome could not be stored: {type(exc).__name__}.",
+                "error_kind": "unstorable",
+            }
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -259,6 +271,17 @@ def _truncated(outcome: CallOutcome) -> tuple[dict[str, Any] | None, bytes | Non
         full = json.dumps({**outcome.result, "structuredContent": None}).encode()
     outcome.truncated = {"tokens": cut.tokens, "full_bytes": len(full), "kept_bytes": min(len(full), limit)}
     return cut.result, full[:limit]
+
+
+def _storable(value: Any) -> Any:
+    """PostgreSQL keeps no U+0000 in text or JSON: a server's NUL becomes U+FFFD (the replacement character)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+    if isinstance(value, dict):
+        return {_storable(k): _storable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_storable(item) for item in value]
+    return value
 
 
 def _details(outcome: CallOutcome) -> dict[str, Any]:

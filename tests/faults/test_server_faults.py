@@ -162,3 +162,19 @@ def test_the_browser_disconnects_mid_call_and_comes_back(alice, fault_server, wo
     assert_recorded(ended["call"], CallStatus.SUCCEEDED)
     assert ToolCall.objects.get(pk=ended["call"]).result["content"][0]["text"] == "the file is there"
     assert_no_call_left_running()
+
+
+def test_a_server_answering_with_nul_characters(alice, fault_server, worker):
+    cookie = session_cookie(alice)
+
+    async def scenario():
+        async with Playground(cookie) as ws:
+            ended = await ws.call(fault_server.pk, "nul", {}, timeout=60)
+            await still_serving(ws, fault_server.pk)
+            return ended
+
+    ended = asyncio.run(scenario())
+    assert ended["status"] == "succeeded", ended
+    call = assert_recorded(ended["call"], CallStatus.SUCCEEDED)
+    assert call.result["content"][0]["text"] == "before\ufffdafter"  # stored, the NUL replaced
+    assert_no_call_left_running()

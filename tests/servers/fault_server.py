@@ -6,6 +6,7 @@ Handshake era only (run it with the server's protocol set to "legacy"). Its tool
 - `wait_for`: answers once the file `path` exists (a test decides when the call ends);
 - `flood`: `count` progress notifications and `count` log messages, then the answer;
 - `huge`: an answer of `megabytes` MB of text;
+- `nul`: an answer with a NUL character in it (no PostgreSQL text can hold one);
 - `garbage`: lines that are not JSON-RPC (and answers to requests never made), then the answer;
 - `garbage_only`: the same lines and no answer at all.
 """
@@ -46,6 +47,12 @@ TOOLS = [
         "name": "huge",
         "description": "A very large answer.",
         "inputSchema": {"type": "object", "properties": {"megabytes": {"type": "integer"}}},
+        "annotations": {"readOnlyHint": True},
+    },
+    {
+        "name": "nul",
+        "description": "An answer with NUL characters in it.",
+        "inputSchema": {"type": "object"},
         "annotations": {"readOnlyHint": True},
     },
     {
@@ -119,6 +126,8 @@ def call(request_id, name: str, arguments: dict, meta: dict) -> None:
     elif name == "huge":
         size = int(arguments.get("megabytes", 50)) * 1024 * 1024
         text_result(request_id, "x" * size)
+    elif name == "nul":
+        text_result(request_id, "before\x00after")
     elif name in ("garbage", "garbage_only"):
         for line in GARBAGE:
             write(line)
