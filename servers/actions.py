@@ -37,6 +37,7 @@ SERVER_FIELDS = (
     "headers",
     "request_timeout",
     "reset_timeout_on_progress",
+    "log_level",
     "elicitation_timeout",
     "roots",
     "protocol",
@@ -61,6 +62,7 @@ def do_update_server(server: Server, fields: dict[str, Any]) -> Server:
         "enabled",
         "request_timeout",
         "reset_timeout_on_progress",
+        "log_level",
         "elicitation_timeout",
         "shared",
     }:

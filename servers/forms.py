@@ -15,7 +15,17 @@ from sessions.mcp.naming import VALID_NAME, normalize_name
 from sessions.mcp.variables import references
 
 from .mcp_json import MAX_BYTES as MAX_IMPORT_BYTES
-from .models import REMOTE_TRANSPORTS, Effect, HookAction, ProtocolSetting, Server, Team, TeamPolicy, TransportKind
+from .models import (
+    LOG_LEVEL_CHOICES,
+    REMOTE_TRANSPORTS,
+    Effect,
+    HookAction,
+    ProtocolSetting,
+    Server,
+    Team,
+    TeamPolicy,
+    TransportKind,
+)
 from .outbound import address_error, command_error
 from .policy import is_valid_pattern
 
@@ -92,6 +102,13 @@ class ServerForm(forms.Form):
         required=False,
         help_text="A tool that keeps reporting progress is not cut off while it does.",
     )
+    log_level = forms.ChoiceField(
+        label="Server log level",
+        choices=LOG_LEVEL_CHOICES,
+        initial="info",
+        required=False,
+        help_text="The server's log messages at this level or above are shown with each call.",
+    )
     elicitation_timeout = forms.FloatField(
         label="Time to answer a form (seconds)",
         min_value=1,
@@ -137,6 +154,7 @@ class ServerForm(forms.Form):
                 "headers": format_pairs(instance.headers, ":"),
                 "request_timeout": instance.request_timeout,
                 "reset_timeout_on_progress": instance.reset_timeout_on_progress,
+                "log_level": instance.log_level,
                 "elicitation_timeout": instance.elicitation_timeout,
                 "roots": "\n".join(instance.roots),
                 "protocol": instance.protocol,

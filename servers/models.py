@@ -70,6 +70,20 @@ class ServerQuerySet(models.QuerySet["Server"]):
         return self.filter(team__memberships__user=user, team__memberships__role=Role.ADMIN)
 
 
+# The levels of MCP log messages (RFC 5424), least severe first; empty asks the server for none.
+LOG_LEVEL_CHOICES = [
+    ("debug", "debug"),
+    ("info", "info"),
+    ("notice", "notice"),
+    ("warning", "warning"),
+    ("error", "error"),
+    ("critical", "critical"),
+    ("alert", "alert"),
+    ("emergency", "emergency"),
+    ("", "none (no server logs)"),
+]
+
+
 class Server(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="servers")
     name = models.CharField(max_length=64, help_text="Letters, digits, _ and -; tools appear as mcp__<name>__<tool>.")
@@ -87,6 +101,14 @@ class Server(models.Model):
     )
     reset_timeout_on_progress = models.BooleanField(
         default=False, help_text="Restart the request timeout whenever the server reports progress."
+    )
+    log_level = models.CharField(
+        "server log level",
+        max_length=9,
+        choices=LOG_LEVEL_CHOICES,
+        default="info",
+        blank=True,
+        help_text="The least severe of the server's log messages (notifications/message) shown with a call.",
     )
     elicitation_timeout = models.FloatField(
         null=True,
@@ -162,6 +184,7 @@ class Server(models.Model):
             request_timeout=self.request_timeout,
             connect_timeout=settings.MCP_CONNECT_TIMEOUT,
             reset_timeout_on_progress=self.reset_timeout_on_progress,
+            log_level=self.log_level,
             roots=tuple(self.roots),
             protocol=self.protocol,  # type: ignore[arg-type]
             negotiated=Negotiated.from_dict(self.negotiated),

@@ -207,6 +207,36 @@ def test_server_logs_reach_the_call(alice, era_server):
     assert all(e["call"] == ended["call"] for e in logs)
 
 
+def test_the_servers_log_level_decides_which_messages_are_shown(alice, demo_server):
+    demo_server.log_level = "warning"
+    demo_server.save()
+    cookie = session_cookie(alice)
+
+    async def scenario():
+        async with Playground(cookie) as ws:
+            ended = await ws.call(demo_server.pk, "chatter", {"text": "hi"})
+            if not any(e["type"] == "call.log" and e["data"] == "error: hi" for e in ws.seen):
+                await ws.until("call.log", data="error: hi")
+            return ended, sorted(e["data"] for e in ws.seen if e["type"] == "call.log")
+
+    ended, logs = run(scenario())
+    assert ended["status"] == "succeeded"
+    assert logs == ["error: hi", "warning: hi"]
+
+    demo_server.log_level = ""  # none: the server is not asked for logs, and none are shown
+
+    demo_server.save()
+
+    async def silent():
+        async with Playground(cookie) as ws:
+            ended = await ws.call(demo_server.pk, "chatter", {"text": "quiet"})
+            await ws.call(demo_server.pk, "echo", {"message": "after"})  # any late log line would be here by now
+            return ended, [e for e in ws.seen if e["type"] == "call.log"]
+
+    ended, logs = run(silent())
+    assert ended["status"] == "succeeded" and logs == []
+
+
 def test_a_10_mb_output_is_truncated_and_kept_whole_for_its_owner(alice, bob, demo_server, client):
     # The handshake era: 10 MB over stdio took 2.7 s there and 13.3 s in the 2026 era (measured,
     # docs/websocket-protocol.md), too slow for a test on a shared machine.
