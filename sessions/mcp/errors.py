@@ -11,6 +11,7 @@ from typing import Any
 
 import anyio
 import httpx2
+from jsonschema.exceptions import ValidationError as SchemaValidationError
 from mcp.shared.exceptions import MCPError
 
 from .auth import OAuthFlowError, auth_failure
@@ -238,4 +239,19 @@ def diagnose(
         return Failure(kind, f"the connection to {target} was lost", stderr_tail)
 
     leaf = next(leaf_exceptions(exc))
+    mismatch = _output_schema_mismatch(leaf)
+    if mismatch is not None:
+        return Failure("output_schema_mismatch", mismatch, stderr_tail)
     return Failure("error", f"{type(leaf).__name__}: {leaf}", stderr_tail)
+
+
+def _output_schema_mismatch(leaf: BaseException) -> str | None:
+    """The SDK checks structured content against the tool's outputSchema and raises a bare
+    RuntimeError (the answer is dropped): name the field and the rule that failed."""
+    cause = leaf.__cause__
+    if isinstance(leaf, RuntimeError) and isinstance(cause, SchemaValidationError):
+        where = "/".join(str(part) for part in cause.absolute_path) or "the top level"
+        return f"The tool's structured content does not match its output schema at {where}: {cause.message}."
+    if isinstance(leaf, RuntimeError) and "has an output schema but did not return structured content" in str(leaf):
+        return "The tool has an output schema but its answer carried no structured content."
+    return None

@@ -178,3 +178,22 @@ def test_a_server_answering_with_nul_characters(alice, fault_server, worker):
     call = assert_recorded(ended["call"], CallStatus.SUCCEEDED)
     assert call.result["content"][0]["text"] == "before\ufffdafter"  # stored, the NUL replaced
     assert_no_call_left_running()
+
+
+def test_structured_content_that_breaks_the_output_schema_says_so(alice, fault_server, worker):
+    cookie = session_cookie(alice)
+
+    async def scenario():
+        async with Playground(cookie) as ws:
+            ended = await ws.call(fault_server.pk, "mismatch", {}, timeout=60)
+            await still_serving(ws, fault_server.pk)
+            return ended
+
+    ended = asyncio.run(scenario())
+    # The SDK refuses such an answer; the call says which field broke which rule, and the session lives on.
+    assert (ended["status"], ended["error_kind"]) == ("failed", "output_schema_mismatch"), ended
+    assert ended["error"] == (
+        "The tool's structured content does not match its output schema at count: 'many' is not of type 'integer'."
+    )
+    assert_recorded(ended["call"], CallStatus.FAILED)
+    assert_no_call_left_running()

@@ -7,6 +7,7 @@ Handshake era only (run it with the server's protocol set to "legacy"). Its tool
 - `flood`: `count` progress notifications and `count` log messages, then the answer;
 - `huge`: an answer of `megabytes` MB of text;
 - `nul`: an answer with a NUL character in it (no PostgreSQL text can hold one);
+- `mismatch`: structured content that breaks the tool's own output schema;
 - `garbage`: lines that are not JSON-RPC (and answers to requests never made), then the answer;
 - `garbage_only`: the same lines and no answer at all.
 """
@@ -53,6 +54,17 @@ TOOLS = [
         "name": "nul",
         "description": "An answer with NUL characters in it.",
         "inputSchema": {"type": "object"},
+        "annotations": {"readOnlyHint": True},
+    },
+    {
+        "name": "mismatch",
+        "description": "Declares an output schema, then answers with structured content that breaks it.",
+        "inputSchema": {"type": "object"},
+        "outputSchema": {
+            "type": "object",
+            "properties": {"count": {"type": "integer"}},
+            "required": ["count"],
+        },
         "annotations": {"readOnlyHint": True},
     },
     {
@@ -128,6 +140,14 @@ def call(request_id, name: str, arguments: dict, meta: dict) -> None:
         text_result(request_id, "x" * size)
     elif name == "nul":
         text_result(request_id, "before\x00after")
+    elif name == "mismatch":
+        write(
+            {
+                "jsonrpc": "2.0",
+                "id": request_id,
+                "result": {"content": [{"type": "text", "text": "many"}], "structuredContent": {"count": "many"}},
+            }
+        )
     elif name in ("garbage", "garbage_only"):
         for line in GARBAGE:
             write(line)
