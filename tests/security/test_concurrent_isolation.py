@@ -1,0 +1,104 @@
+"""Isolation under concurrency: five people in two teams use three servers at once (stdio and
+Streamable HTTP; in the distributed mode through the worker processes). Every result, progress
+event, log line, approval and elicitation reaches its owner's socket only, and a server outside a
+person's team is neither listed nor reported to them."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import pytest
+
+from servers.models import Server
+from sessions.models import ToolCall
+from tests.conftest import DEMO_ARGS, DEMO_COMMAND
+from tests.ws import Playground, session_cookie
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
+
+PEOPLE = {"alice": "Acme", "bob": "Acme", "dave": "Acme", "carol": "Globex", "erin": "Globex"}
+
+
+async def use_everything(name: str, cookie: str, servers: list[int]) -> tuple[list[dict], set[str], list[str]]:
+    """Every kind of conversation a call can have, on each server this person's team has."""
+    async with Playground(cookie) as ws:
+        mine: set[str] = set()
+        texts: list[str] = []
+        for server in servers:
+            echoed = await ws.call(server, "echo", {"message": f"{name}@{server}"}, timeout=60)
+            counted = await ws.call(server, "count", {"steps": 3, "delay": 0.01}, timeout=60)
+            noted = await ws.call(server, "write_note", {"text": f"note of {name}"}, timeout=60, approve="allow_once")
+            await ws.send(
+                {"type": "call", "ref": f"ask{server}", "server": server, "tool": "ask", "arguments": {"topic": name}}
+            )
+            asking = (await ws.until("call.accepted", ref=f"ask{server}", timeout=60))["call"]
+            asked = await ws.until("elicitation.requested", call=asking, timeout=60)
+            content = {"name": name, "email": f"{name}@example.com"}
+            await ws.send(
+                {
+                    "type": "answer_elicitation",
+                    "elicitation": asked["elicitation"],
+                    "action": "accept",
+                    "content": content,
+                }
+            )
+            answered = await ws.until("call.ended", call=asking, timeout=60)
+            for ended in (echoed, counted, noted, answered):
+                assert ended["status"] == "succeeded", ended
+                mine.add(ended["call"])
+                texts.append(ended["result"]["content"][0]["text"])
+        return ws.seen, mine, texts
+
+
+def test_every_event_reaches_only_its_owner(make_user, demo_http_url):
+    people = {
+        name: make_user(name, team=team, role="admin" if name in ("alice", "carol") else "member")
+        for name, team in PEOPLE.items()
+    }
+    acme, globex = people["alice"].memberships.get().team, people["carol"].memberships.get().team
+    servers = {
+        acme.pk: [
+            Server.objects.create(
+                team=acme, name="acme-stdio", transport="stdio", command=DEMO_COMMAND, args=DEMO_ARGS
+            ).pk,
+            Server.objects.create(team=acme, name="acme-http", transport="http", url=demo_http_url).pk,
+        ],
+        globex.pk: [
+            Server.objects.create(
+                team=globex, name="globex-stdio", transport="stdio", command=DEMO_COMMAND, args=DEMO_ARGS
+            ).pk,
+        ],
+    }
+    cookies = {name: session_cookie(user) for name, user in people.items()}
+    visible = {name: servers[user.memberships.get().team_id] for name, user in people.items()}
+
+    async def everyone():
+        return await asyncio.gather(*(use_everything(name, cookies[name], visible[name]) for name in people))
+
+    outcomes = dict(zip(people, asyncio.run(everyone()), strict=True))
+
+    for name, (seen, mine, texts) in outcomes.items():
+        team_servers = set(visible[name])
+        # Every kind of event was there to leak.
+        assert {"call.progress", "approval.requested", "elicitation.requested", "call.ended"} <= {
+            e["type"] for e in seen
+        }
+        # Their own results, and nobody else's words anywhere in what their socket received.
+        assert all(f"{name}@{server}" in " ".join(texts) for server in team_servers), texts
+        frames = json.dumps(seen)
+        for other in people:
+            if other != name:
+                assert f'"{other}@' not in frames and f"note of {other}" not in frames, (name, other)
+                assert f"{other}@example.com" not in frames, (name, other)
+        for event in seen:
+            if "call" in event and event.get("type") != "error":
+                assert event["call"] in mine, (name, event)
+            if "server" in event and event.get("server") is not None:
+                assert event["server"] in team_servers, (name, event)
+        # The records agree: each call belongs to the person who started it.
+        assert set(ToolCall.objects.filter(user=people[name]).values_list("id", flat=True)) == {
+            uuid.UUID(call) for call in mine
+        }
+    assert ToolCall.objects.count() == sum(len(mine) for _, mine, _ in outcomes.values())
