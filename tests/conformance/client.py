@@ -99,6 +99,21 @@ def build_portal(server_url: str, scenario: str, context: dict[str, Any]) -> tup
     return user, server
 
 
+def _authorization_page(page: Any) -> str | None:
+    """Where the portal sends the browser next, if it is the authorization server: a redirect (after
+    the callback, for a step-up), or the page that navigates there (the answer to the Connect form)."""
+    import html
+    import re
+
+    if page.status_code == 302 and not page["Location"].startswith("/"):
+        return page["Location"]
+    if page.status_code == 200:
+        found = re.search(r'<meta http-equiv="refresh" content="0;url=([^"]+)">', page.content.decode())
+        if found:
+            return html.unescape(found.group(1))
+    return None
+
+
 def connect_account(user: Any, server: Any) -> str:
     """Press "Connect your account", let the consent page approve, come back through /oauth/callback."""
     import httpx
@@ -108,9 +123,9 @@ def connect_account(user: Any, server: Any) -> str:
     browser.force_login(user)
     page = browser.post(f"/credentials/{server.pk}/connect/", {"next": "/credentials/"})
     hops = 0
-    while page.status_code == 302 and not page["Location"].startswith("/") and hops < 5:
+    while (authorization := _authorization_page(page)) and hops < 5:
         hops += 1
-        consent = httpx.get(page["Location"], follow_redirects=False, timeout=20)
+        consent = httpx.get(authorization, follow_redirects=False, timeout=20)
         if consent.status_code not in (301, 302, 303, 307, 308):
             return f"the authorization page answered {consent.status_code}"
         back = urlsplit(consent.headers["location"])
