@@ -10,10 +10,12 @@ import json
 import uuid
 
 import pytest
+from django.conf import settings as django_settings
 
 from servers.models import Server
 from sessions.models import ToolCall
 from tests.conftest import DEMO_ARGS, DEMO_COMMAND
+from tests.test_worker_affinity import two_workers  # noqa: F401 - a fixture, used through `workers`
 from tests.ws import Playground, session_cookie
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
@@ -52,7 +54,16 @@ async def use_everything(name: str, cookie: str, servers: list[int]) -> tuple[li
         return ws.seen, mine, texts
 
 
-def test_every_event_reaches_only_its_owner(make_user, demo_http_url):
+@pytest.fixture
+def workers(request):
+    """In the distributed mode, two worker processes of their own serve these calls (the embedded mode
+    has one process by design)."""
+    if django_settings.EMBEDDED:
+        return {}
+    return request.getfixturevalue("two_workers")
+
+
+def test_every_event_reaches_only_its_owner(make_user, demo_http_url, workers):
     people = {
         name: make_user(name, team=team, role="admin" if name in ("alice", "carol") else "member")
         for name, team in PEOPLE.items()
@@ -102,3 +113,6 @@ def test_every_event_reaches_only_its_owner(make_user, demo_http_url):
             uuid.UUID(call) for call in mine
         }
     assert ToolCall.objects.count() == sum(len(mine) for _, mine, _ in outcomes.values())
+    if workers:
+        # Every call ran in one of the two worker processes started for this test.
+        assert set(ToolCall.objects.values_list("worker", flat=True)) <= set(workers)
