@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -24,6 +25,7 @@ BENCH_DATABASE = os.environ.get("BENCH_DATABASE", "portal_bench")
 BENCH_PG = os.environ.get("BENCH_PG", "postgres://postgres@127.0.0.1:5432")
 BENCH_REDIS = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379/8")
 BENCH_QUEUE = os.environ.get("BENCH_QUEUE", "bench")
+BENCH_ENCRYPTION_KEYS = "bench:" + base64.b64encode(b"bench-only-key-not-in-production").decode()
 # Two worker processes on this two-core machine, 16 threads each, as the issue sets.
 DISTRIBUTED_WORKERS = 2
 WORKER_THREADS = 16
@@ -222,6 +224,8 @@ def start_portal(
             DJANGO_SECRET_KEY="bench-only-secret-key-0123456789-0123456789",
             PORTAL_SECURE_COOKIES="0",
         )
+        # The distributed mode will not start without a key; the bench's secrets are throwaway.
+        env.setdefault("PORTAL_ENCRYPTION_KEYS", BENCH_ENCRYPTION_KEYS)
     fixtures = _fixtures(env, users, http_url, fault_server)
     port = free_port()
     handles: list[IO] = []

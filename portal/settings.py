@@ -254,8 +254,6 @@ PORTAL_PENDING_RESEND_SECONDS = envfloat("PORTAL_PENDING_RESEND_SECONDS", 120.0)
 PORTAL_ELICITATION_TIMEOUT = envfloat("PORTAL_ELICITATION_TIMEOUT", 300.0)
 MCP_MAX_OUTPUT_TOKENS = envint("MCP_MAX_OUTPUT_TOKENS", 25_000)
 MCP_FULL_OUTPUT_MAX_BYTES = envint("MCP_FULL_OUTPUT_MAX_BYTES", 20 * 1024 * 1024)
-# A call routed to a worker that died before its heartbeat expired runs elsewhere after this long.
-PORTAL_AFFINITY_GRACE_SECONDS = envfloat("PORTAL_AFFINITY_GRACE_SECONDS", PORTAL_WORKER_HEARTBEAT_SECONDS * 3 + 1)
 
 # OAuth to upstream MCP servers (docs/credentials.md)
 PORTAL_OAUTH_REDIRECT_URI = os.environ.get("PORTAL_OAUTH_REDIRECT_URI", SITE_URL.rstrip("/") + "/oauth/callback")

@@ -75,7 +75,9 @@ def do_start_tool_call(user: Any, server_id: Any, tool: str, arguments: dict[str
     """
     server = None
     if isinstance(server_id, int) and not isinstance(server_id, bool):
-        server = Server.objects.visible_to(user).select_related("team__policy").filter(pk=server_id).first()
+        # order_by(): one row by primary key needs no ordering, and the default one joins the team.
+        found = Server.objects.visible_to(user).select_related("team__policy").filter(pk=server_id).order_by()
+        server = found.first()
     call = ToolCall(user=user, server=server, server_name=server.name if server else "", tool=tool, arguments=arguments)
     if server is None:
         return _reject(call, "Unknown server.", "unknown_server")
@@ -98,13 +100,14 @@ def do_start_tool_call(user: Any, server_id: Any, tool: str, arguments: dict[str
         return call
     if decision.effect == ASK:
         call.decision = {**call.decision, "effect": "defer", "reason": "The worker decides on the live definition."}
-    call.save()
     from . import affinity
     from .tasks import run_tool_call
 
-    # To the worker that holds this user's session with the server, if one does (sessions/affinity.py).
-    key = affinity.connection_key_for(server, user.pk)
-    transaction.on_commit(lambda: affinity.send(run_tool_call, key, (str(call.id),), backup=True))
+    # To the worker that holds this user's session with the server, if one does (sessions/affinity.py);
+    # the call records it, so the sweep can send the call elsewhere if that worker dies first.
+    call.worker = affinity.route(server, user.pk)
+    call.save()
+    transaction.on_commit(lambda: affinity.send(run_tool_call, call.worker, (str(call.id),)))
     return call
 
 
@@ -361,10 +364,14 @@ def do_list_pending_approvals(user: Any) -> list[Approval]:
 # -- running and finishing --------------------------------------------------------------
 
 
-def do_claim_tool_call(call_id: str, worker: str) -> bool:
-    """Pending → running, once: a task delivered twice must not call the tool twice."""
+def do_claim_tool_call(call_id: str, worker: str, channel: str = "") -> bool:
+    """Pending → running, once: a task delivered twice must not call the tool twice.
+
+    `channel` is where the worker will listen for Cancel and answers (do_record_call_channel),
+    recorded in the same write.
+    """
     claimed = ToolCall.objects.filter(pk=call_id, status=CallStatus.PENDING).update(
-        status=CallStatus.RUNNING, started_at=timezone.now(), worker=worker
+        status=CallStatus.RUNNING, started_at=timezone.now(), worker=worker, channel=channel
     )
     return claimed == 1
 
@@ -408,6 +415,15 @@ def do_finish_tool_call(
             setattr(call, name, value)
     audit.record_for_call(AuditKind.CALL, call, duration_ms=duration_ms, error=error)
     return call
+
+
+def do_unroute_calls(worker: str) -> list[Any]:
+    """Calls routed to `worker` that it never claimed (it died): no longer routed; returns their ids, to send again."""
+    with transaction.atomic():
+        waiting = ToolCall.objects.select_for_update().filter(status=CallStatus.PENDING, worker=worker)
+        ids = list(waiting.values_list("pk", flat=True))
+        ToolCall.objects.filter(pk__in=ids, status=CallStatus.PENDING).update(worker="")
+    return ids
 
 
 def do_end_orphaned_call(call_id: Any, worker: str) -> ToolCall | None:

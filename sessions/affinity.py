@@ -4,9 +4,10 @@ Every worker consumes the shared queue and a queue of its own, `<shared>.worker.
 that opens a connection records key → its queue in the cache (Redis in the distributed mode), and
 keeps the entry alive from its heartbeat while the connection lives. A call is routed to that queue
 while the worker's own heartbeat is fresh, else to the shared queue, where any worker picks it up
-and opens the session anew. A call routed to a worker that died before its heartbeat ran out is
-also sent to the shared queue with a countdown; claiming a call is a compare-and-set, so whichever
-copy comes second does nothing.
+and opens the session anew. A call records the worker it was routed to; if that worker dies before
+claiming it, the other workers' sweep sends it again to the shared queue once the dead worker's
+heartbeat has been missing for its TTL. Claiming a call is a compare-and-set, so whichever copy
+comes second does nothing.
 """
 
 from __future__ import annotations
@@ -80,22 +81,28 @@ def connection_key_for(server: Any, user_id: int) -> ConnectionKey:
     return connection_key(server, user_id)
 
 
-def send(task: Any, key: ConnectionKey, args: tuple[Any, ...], backup: bool = False) -> str:
-    """Enqueue `task(*args)` where the session for `key` lives; returns the queue used.
+def route(server: Any, user_id: int) -> str:
+    """The worker to send work for `user_id`'s session with `server` to: the live one holding it, or "" for any.
 
-    With `backup`, a copy also goes to the shared queue after the affinity grace, for the case
-    where the holder died after its last heartbeat (the task must be safe to run twice).
+    The embedded mode has one worker, in the portal's own process: there is nowhere else to route,
+    so it does not work out the session's key (a credentials query) or ask the cache.
     """
+    if settings.EMBEDDED:
+        return ""
     try:
-        name = holder(key)
+        return holder(connection_key_for(server, user_id)) or ""
     except Exception:  # noqa: BLE001 - a cache outage costs affinity, not the call
         log.warning("affinity lookup failed; using the shared queue", exc_info=True)
-        name = None
-    if name is None:
-        task.apply_async(args, queue=shared_queue())
-        return shared_queue()
-    queue = own_queue(name)
+        return ""
+
+
+def send(task: Any, worker: str, args: tuple[Any, ...]) -> str:
+    """Enqueue `task(*args)` on `worker`'s own queue ("" for the shared queue); returns the queue used.
+
+    A task sent to a worker that dies before running it is not lost: calls record the worker they
+    were routed to, and the other workers' sweep sends them again to the shared queue
+    (sessions/worker.py, Sweeper). Claiming a call is a compare-and-set, so a copy runs at most once.
+    """
+    queue = own_queue(worker) if worker else shared_queue()
     task.apply_async(args, queue=queue)
-    if backup:
-        task.apply_async(args, queue=shared_queue(), countdown=settings.PORTAL_AFFINITY_GRACE_SECONDS)
     return queue

@@ -168,7 +168,7 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         if not isinstance(arguments, dict):
             raise MessageError("'arguments' must be a JSON object.")
         try:
-            await database_sync_to_async(limits.take_tool_call)(self.user.pk)
+            call = await database_sync_to_async(self._start_call)(server_id, tool, arguments)
         except limits.RateLimited as exc:
             # Not started and not recorded (sessions/limits.py says why); the page is told when to retry.
             await self.send_json(
@@ -181,7 +181,6 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
                 }
             )
             return
-        call = await database_sync_to_async(actions.do_start_tool_call)(self.user, server_id, tool, arguments)
         # Fields the browser adds (a "decision", an approval id) are ignored: the action decides.
         await self.send_json(
             {
@@ -370,14 +369,18 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
             raise MessageError("This sampling request was already answered or closed.")
         return request.call.channel, str(request.call_id)
 
+    def _start_call(self, server_id: Any, tool: str, arguments: dict[str, Any]) -> Any:
+        # One trip to the database thread for both (each trip costs a thread hop and a connection check).
+        limits.take_tool_call(self.user.pk)
+        return actions.do_start_tool_call(self.user, server_id, tool, arguments)
+
     def _pending_approvals(self) -> list[dict[str, Any]]:
         return [approval.as_event() for approval in actions.do_list_pending_approvals(self.user)]
 
     def _send_list_tools(self, server_id: int, refresh: bool) -> None:
         # To the worker holding this user's session, so listing does not open a second one elsewhere.
         server = Server.objects.get(pk=server_id)
-        key = affinity.connection_key_for(server, self.user.pk)
-        affinity.send(tasks.list_tools, key, (server_id, self.user.pk, refresh))
+        affinity.send(tasks.list_tools, affinity.route(server, self.user.pk), (server_id, self.user.pk, refresh))
 
     @database_sync_to_async
     def _can_see(self, server_id: int) -> bool:

@@ -60,11 +60,14 @@ def applicable(server: Server, user_id: int) -> list[Credential]:
     return list(Credential.objects.filter(server=server).filter(Q(user_id=user_id) | Q(team_id=server.team_id)))
 
 
-def connection_key(server: Server, user_id: int, rows: list[Credential] | None = None) -> ConnectionKey:
+def connection_key(
+    server: Server, user_id: int, rows: list[Credential] | None = None, config: ServerConfig | None = None
+) -> ConnectionKey:
     """The pool key of a call by `user_id`: the config as the admin wrote it plus which credentials
     apply (never their values), owned by the user, or by the team when the server is shared."""
     rows = applicable(server, user_id) if rows is None else rows
-    current = f"{server.to_config().fingerprint()}.{revision(rows)}"
+    config = server.to_config() if config is None else config
+    current = f"{config.fingerprint()}.{revision(rows)}"
     return ConnectionKey(server.pk, current, server.connection_owner(user_id))
 
 
@@ -127,7 +130,7 @@ def prepare(server: Server, user_id: int, with_oauth: bool = True, connecting: b
     base = server.to_config()
     owner = owner_of(user_id)
     rows = applicable(server, user_id)
-    key = connection_key(server, user_id, rows)
+    key = connection_key(server, user_id, rows, base)
     # The needs-auth mark holds for this exact config and these credentials only.
     current = key.fingerprint
     cached = None if connecting else known_needs_auth(server.pk, owner, current)

@@ -190,9 +190,13 @@ def publish(user_id: int, event: dict[str, Any]) -> None:
 def execute_tool_call(call_id: str) -> None:
     """Run one recorded call to its end. Whatever happens, the record ends with a status,
     unless the call now waits for a person: then their answer, or its timeout, ends it."""
-    if not actions.do_claim_tool_call(call_id, WORKER_NAME):
+    # The channel the call will listen on is named now, so claiming records it in the same write.
+    channel = get_pool().run(get_channel_layer().new_channel(), timeout=10)
+    if not actions.do_claim_tool_call(call_id, WORKER_NAME, channel):
         return
-    call = ToolCall.objects.select_related("server__team__policy", "user").get(pk=call_id)
+    # The server's recorded tool list is left out: the live one is listed below (see _record_tools).
+    found = ToolCall.objects.select_related("server__team__policy", "user").defer("server__tools")
+    call = found.get(pk=call_id)
     progress: list[dict[str, Any]] = []  # kept on the record, for the history page
     try:
         outcome = _run_call(call, progress)
@@ -390,8 +394,15 @@ def _call_prepared(
         await _publish(user_id, event)
 
     async def listed() -> list[dict[str, Any]]:
-        await _publish(user_id, {"type": "call.started", "call": call_id, "worker": WORKER_NAME})
-        return await pool.list_tools(key, config)
+        # The page hears "started" while the tool list comes (from the warm connection's memory, or listed).
+        started_event = {"type": "call.started", "call": call_id, "worker": WORKER_NAME}
+        # Both finish before anything else is sent, so "started" can never overtake a quick "ended".
+        both = await asyncio.gather(
+            _publish(user_id, started_event), pool.list_tools(key, config), return_exceptions=True
+        )
+        if isinstance(both[1], BaseException):
+            raise both[1]
+        return both[1]
 
     try:
         tools = pool.run(listed(), timeout=backstop)
@@ -399,9 +410,7 @@ def _call_prepared(
         return CallOutcome(CallStatus.FAILED, failure=exc.failure)
     except concurrent.futures.TimeoutError:
         return CallOutcome(CallStatus.TIMED_OUT, failure=Failure("timeout", f"the worker gave up after {backstop:g} s"))
-    if tools != server.tools:
-        # The pages and the next call's first decision read this list; keep it current.
-        server_actions.do_record_tools(server.pk, tools)
+    _record_tools(server, key, tools)
     tool = next((t for t in tools if t.get("name") == call.tool), None)
     if tool is None:
         return CallOutcome(
@@ -430,6 +439,23 @@ def _call_prepared(
         return CallOutcome(CallStatus.TIMED_OUT, failure=Failure("timeout", f"the worker gave up after {backstop:g} s"))
 
 
+# The tool list this worker last saw recorded, per connection. A warm connection hands back the very
+# list object it listed (sessions/mcp/pool.py), so an unchanged list is known without reading and
+# comparing the stored one on every call.
+_recorded_tools: dict[ConnectionKey, list[dict[str, Any]]] = {}
+
+
+def _record_tools(server: Server, key: ConnectionKey, tools: list[dict[str, Any]]) -> None:
+    """The pages and the next call's first decision read the server's stored list; keep it current."""
+    if _recorded_tools.get(key) is tools:
+        return
+    if tools != server.tools:  # a deferred field: read now, only when this connection listed anew
+        server_actions.do_record_tools(server.pk, tools)
+    if len(_recorded_tools) > 10_000:
+        _recorded_tools.clear()
+    _recorded_tools[key] = tools
+
+
 async def _converse(
     call_id: str,
     user_id: int,
@@ -444,10 +470,13 @@ async def _converse(
     """Run the call while listening on a channel of its own for the person behind it: Cancel, and
     answers to the server's elicitations and sampling requests (docs/websocket-protocol.md)."""
     layer = get_channel_layer()
-    channel = await layer.new_channel()
-    await database_sync_to_async(actions.do_record_call_channel)(call_id, channel)
+    channel = call.channel
+    if not channel:
+        channel = await layer.new_channel()
+        await database_sync_to_async(actions.do_record_call_channel)(call_id, channel)
     waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
     loop = asyncio.get_running_loop()
+    asked = False  # whether any form or sampling request was opened, so there may be one to close
 
     async def on_elicit(message: str, schema: dict[str, Any], request_id: str) -> dict[str, Any]:
         hooked = await database_sync_to_async(actions.do_apply_elicitation_hook)(call_id, request_id, message, schema)
@@ -457,6 +486,8 @@ async def _converse(
             auto = {"type": "elicitation.auto_answered", "call": call_id, "elicitation": str(given.id)}
             await _publish(user_id, {**auto, "message": message, "action": reply["action"], "hook": given.hook_id})
             return reply
+        nonlocal asked
+        asked = True
         row = await database_sync_to_async(actions.do_request_elicitation)(call_id, request_id, message, schema)
         eid = str(row.id)
         answer: asyncio.Future[dict[str, Any]] = loop.create_future()
@@ -479,6 +510,8 @@ async def _converse(
             # Only a web page may be offered to open (never javascript:, file: or an app's scheme).
             return {"action": "decline"}
         schema = {"url": url, "elicitationId": elicitation_id}
+        nonlocal asked
+        asked = True
         row = await database_sync_to_async(actions.do_request_elicitation)(call_id, request_id, message, schema, "url")
         eid = str(row.id)
         answer: asyncio.Future[dict[str, Any]] = loop.create_future()
@@ -501,6 +534,8 @@ async def _converse(
         await _publish(user_id, done)
 
     async def on_sample(params: dict[str, Any], request_id: str) -> dict[str, Any]:
+        nonlocal asked
+        asked = True
         row = await database_sync_to_async(actions.do_request_sampling)(call_id, request_id, params)
         sid = str(row.id)
         answer: asyncio.Future[dict[str, Any]] = loop.create_future()
@@ -564,7 +599,8 @@ async def _converse(
         for answer in list(waiting.values()):
             if not answer.done():
                 answer.set_result({"action": "cancel"})
-        for kind, rid in await database_sync_to_async(actions.do_close_elicitations)(call_id):
+        closed = await database_sync_to_async(actions.do_close_elicitations)(call_id) if asked else []
+        for kind, rid in closed:
             await _publish(user_id, {"type": f"{kind}.ended", "call": call_id, kind: rid, "state": "cancel"})
 
 
@@ -805,8 +841,9 @@ class Sweeper:
             self.missing_since.clear()  # what we cannot see, we do not judge
             return done
         ttl = affinity.heartbeat_ttl()
-        running = ToolCall.objects.filter(status=CallStatus.RUNNING).exclude(worker="")
-        workers = set(running.values_list("worker", flat=True).distinct())
+        # Running calls name the worker running them; pending ones the worker they were routed to.
+        held = ToolCall.objects.filter(status__in=[CallStatus.RUNNING, CallStatus.PENDING]).exclude(worker="")
+        workers = set(held.values_list("worker", flat=True).distinct())
         for worker in workers:
             if worker == self.name or affinity.is_alive(worker):
                 self.missing_since.pop(worker, None)
@@ -814,10 +851,16 @@ class Sweeper:
             first_missed = self.missing_since.setdefault(worker, now)
             if now - first_missed < ttl:
                 continue
-            for call_id in running.filter(worker=worker).values_list("pk", flat=True):
+            for call_id in held.filter(worker=worker, status=CallStatus.RUNNING).values_list("pk", flat=True):
                 if actions.do_end_orphaned_call(call_id, worker) is not None:
                     done["ended"] += 1
                     log.warning("ended call %s: its worker %s stopped", call_id, worker)
+            for call_id in actions.do_unroute_calls(worker):
+                self._resend(str(call_id), now)
+                done["resent"] += 1
+                log.warning(
+                    "sent call %s to the shared queue: its worker %s stopped before running it", call_id, worker
+                )
         for gone in set(self.missing_since) - workers:
             del self.missing_since[gone]
         stale = timezone.now() - timedelta(seconds=settings.PORTAL_PENDING_RESEND_SECONDS)
@@ -827,10 +870,7 @@ class Sweeper:
             key = str(call_id)
             if now - self.resent.get(key, -1e9) < settings.PORTAL_PENDING_RESEND_SECONDS:
                 continue
-            self.resent[key] = now
-            from .tasks import run_tool_call
-
-            run_tool_call.apply_async((key,), queue=affinity.shared_queue())
+            self._resend(key, now)
             done["resent"] += 1
         if len(self.resent) > 10_000:
             self.resent.clear()
@@ -840,6 +880,12 @@ class Sweeper:
             actions.do_expire_approval(str(approval_id))
             done["expired"] += 1
         return done
+
+    def _resend(self, call_id: str, now: float) -> None:
+        from .tasks import run_tool_call
+
+        self.resent[call_id] = now
+        run_tool_call.apply_async((call_id,), queue=affinity.shared_queue())
 
 
 def last_heartbeat() -> dict[str, Any] | None:

@@ -57,7 +57,6 @@ def two_workers(settings, tmp_path):
     queue = f"{settings.CELERY_TASK_DEFAULT_QUEUE}-affinity"
     settings.CELERY_TASK_DEFAULT_QUEUE = queue
     settings.PORTAL_WORKER_HEARTBEAT_SECONDS = 0.5
-    settings.PORTAL_AFFINITY_GRACE_SECONDS = 1.0
     processes = [start_worker(queue, label, tmp_path / f"{label}.log") for label in ("a", "b")]
     names = {f"{socket.gethostname()}:{process.pid}": process for process in processes}
     try:

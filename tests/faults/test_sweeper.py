@@ -42,6 +42,32 @@ def test_the_calls_of_a_dead_worker_end_once_its_heartbeat_has_been_missing_a_wh
     assert sweeper.sweep(now=1000.0 + 2 * ttl)["ended"] == 0  # once
 
 
+def test_calls_routed_to_a_dead_worker_that_never_claimed_them_are_sent_again(alice, demo_server, worker):
+    routed = ToolCall.objects.create(
+        user=alice,
+        server=demo_server,
+        server_name=demo_server.name,
+        tool="echo",
+        arguments={"message": "routed to the dead"},
+        status=CallStatus.PENDING,
+        worker="ghost:2",  # routed there; its task died in that worker's own queue
+        decision={"effect": "allow", "reason": "test"},
+    )
+    sweeper = Sweeper("sweeper-unroute:1")
+    affinity.beat(sweeper.name)
+    ttl = affinity.heartbeat_ttl()
+    assert sweeper.sweep(now=1000.0)["resent"] == 0  # missing once is not dead yet
+    assert ToolCall.objects.get(pk=routed.pk).worker == "ghost:2"
+    assert sweeper.sweep(now=1000.0 + ttl)["resent"] == 1
+    assert sweeper.sweep(now=1000.0 + 2 * ttl)["resent"] == 0  # once: it is routed nowhere now
+    deadline = timezone.now() + timedelta(seconds=60)
+    while ToolCall.objects.get(pk=routed.pk).status != CallStatus.SUCCEEDED:
+        assert timezone.now() < deadline, ToolCall.objects.get(pk=routed.pk).status
+        time.sleep(0.05)
+    call = assert_recorded(str(routed.pk), CallStatus.SUCCEEDED)  # the suite's worker ran it
+    assert call.worker not in ("", "ghost:2")
+
+
 def test_nothing_is_judged_while_the_sweeper_cannot_see_its_own_heartbeat(orphan):
     sweeper = Sweeper("sweeper-blind:1")
     affinity.stop(sweeper.name)  # as after a Redis restart, before the heartbeats come back

@@ -1,0 +1,57 @@
+"""The database work of one warm tool call, counted: the hot path must not grow queries unnoticed
+(docs/performance.md). Every statement this process sends: the consumer's, and in the embedded mode
+the worker's too (in the distributed mode the worker is another process)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+
+import pytest
+from django.conf import settings
+from django.db.backends import utils
+
+from tests.ws import Playground, session_cookie
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
+
+
+@pytest.fixture
+def statements(monkeypatch):
+    seen: list[str] = []
+    lock = threading.Lock()
+    original = utils.CursorWrapper.execute
+
+    def execute(self, sql, params=None):
+        with lock:
+            seen.append(sql)
+        return original(self, sql, params)
+
+    monkeypatch.setattr(utils.CursorWrapper, "execute", execute)
+    return seen
+
+
+def test_a_warm_call_costs_a_fixed_small_number_of_statements(alice, demo_server, statements):
+    cookie = session_cookie(alice)
+
+    async def scenario():
+        async with Playground(cookie) as ws:
+            await ws.call(demo_server.pk, "echo", {"message": "warm up"})
+            await asyncio.sleep(0.2)  # let the first call's bookkeeping finish
+            before = len(statements)
+            ended = await ws.call(demo_server.pk, "echo", {"message": "counted"})
+            await asyncio.sleep(0.2)
+            return ended, statements[before:]
+
+    ended, sql = asyncio.run(scenario())
+    assert ended["status"] == "succeeded", ended
+    kinds = Counter(statement.split()[0] for statement in sql if statement.split()[0] != "BEGIN")
+    # The consumer: the server (with its team's policy), the rules, the call's row.
+    expected = Counter({"SELECT": 2, "INSERT": 1})
+    if settings.EMBEDDED:
+        # The worker: claim (with its channel); the call with its server; the credentials; the rules
+        # again (decided anew on the live definition); the end and its audit row. A warm connection's
+        # unchanged tool list is neither read back nor written.
+        expected += Counter({"UPDATE": 2, "SELECT": 3, "INSERT": 1})
+    assert kinds == expected, "\n".join(sql)
