@@ -1,7 +1,7 @@
 """Which worker holds a (server, owner) session, so its calls go there (docs/connections.md, "Affinity").
 
 Every worker consumes the shared queue and a queue of its own, `<shared>.worker.<name>`. The worker
-that opens a connection records key → its queue in the cache (Redis in the distributed mode), and
+that opens a connection records (server, owner) → its name in the cache (Redis in the distributed mode), and
 keeps the entry alive from its heartbeat while the connection lives. A call is routed to that queue
 while the worker's own heartbeat is fresh, else to the shared queue, where any worker picks it up
 and opens the session anew. A call records the worker it was routed to; if that worker dies before
@@ -49,14 +49,21 @@ def is_alive(name: str) -> bool:
     return bool(cache.get(HEARTBEAT_PREFIX + name))
 
 
+def _entry(server_id: int, owner: str) -> str:
+    # By (server, owner), not by the whole pool key: routing must not need the credentials that are
+    # part of the key (a query per call), and a session reopened with new credentials lives in the
+    # same worker as the one it replaces.
+    return f"{SESSION_PREFIX}{server_id}:{owner}"
+
+
 def record(keys: list[ConnectionKey], name: str = WORKER_NAME) -> None:
     """Say this worker holds these sessions (refreshed with each heartbeat)."""
     if keys:
-        cache.set_many({SESSION_PREFIX + str(key): name for key in keys}, timeout=heartbeat_ttl())
+        cache.set_many({_entry(key.server_id, key.owner): name for key in keys}, timeout=heartbeat_ttl())
 
 
 def forget(key: ConnectionKey, name: str = WORKER_NAME) -> None:
-    entry = SESSION_PREFIX + str(key)
+    entry = _entry(key.server_id, key.owner)
     if cache.get(entry) == name:
         cache.delete(entry)
 
@@ -66,19 +73,12 @@ def stop(name: str = WORKER_NAME) -> None:
     cache.delete(HEARTBEAT_PREFIX + name)
 
 
-def holder(key: ConnectionKey) -> str | None:
-    """The live worker that holds the session for `key`, if any."""
-    name = cache.get(SESSION_PREFIX + str(key))
+def holder(server_id: int, owner: str) -> str | None:
+    """The live worker that holds `owner`'s session with the server, if any."""
+    name = cache.get(_entry(server_id, owner))
     if name and is_alive(name):
         return name
     return None
-
-
-def connection_key_for(server: Any, user_id: int) -> ConnectionKey:
-    """The pool key a call by `user_id` to `server` will use (credentials decide it: sessions/credentials.py)."""
-    from .credentials import connection_key
-
-    return connection_key(server, user_id)
 
 
 def route(server: Any, user_id: int) -> str:
@@ -90,7 +90,7 @@ def route(server: Any, user_id: int) -> str:
     if settings.EMBEDDED:
         return ""
     try:
-        return holder(connection_key_for(server, user_id)) or ""
+        return holder(server.pk, server.connection_owner(user_id)) or ""
     except Exception:  # noqa: BLE001 - a cache outage costs affinity, not the call
         log.warning("affinity lookup failed; using the shared queue", exc_info=True)
         return ""
