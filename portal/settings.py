@@ -276,5 +276,9 @@ LOGGING = {
         "httpx2": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
+        # Celery's two lines per task ("received", "succeeded in"): every call is recorded, with its
+        # times, in the database; at hundreds of calls a second these lines cost CPU and say nothing more.
+        "celery.worker.strategy": {"level": "WARNING"},
+        "celery.app.trace": {"level": "WARNING"},
     },
 }
