@@ -174,7 +174,7 @@ async def portal_large(portal: Portal, session: str, plan: Plan) -> list[dict[st
                         outcome = "result omitted from the event (over 1 MB)"
                         continue
                     received = sum(len(block.get("text", "")) for block in event["result"]["content"])
-                    truncation_ms = (event.get("details") or {}).get("truncation_ms", truncation_ms)
+                    truncation_ms = ((event.get("details") or {}).get("truncated") or {}).get("ms", truncation_ms)
         rows.append(
             {
                 "size_bytes": size,

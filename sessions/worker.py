@@ -265,6 +265,7 @@ def _truncated(outcome: CallOutcome) -> tuple[dict[str, Any] | None, bytes | Non
     for the owner to download when anything was cut."""
     if outcome.result is None:
         return None, None
+    started = time.perf_counter()
     cut = truncate_result(outcome.result, settings.MCP_MAX_OUTPUT_TOKENS)
     if not cut.truncated:
         return outcome.result, None
@@ -274,6 +275,8 @@ def _truncated(outcome: CallOutcome) -> tuple[dict[str, Any] | None, bytes | Non
         # Tools often repeat their text as structured content: the content alone may fit whole.
         full = json.dumps({**outcome.result, "structuredContent": None}).encode()
     outcome.truncated = {"tokens": cut.tokens, "full_bytes": len(full), "kept_bytes": min(len(full), limit)}
+    # What cutting and keeping the whole output cost the worker (docs/performance.md, large output).
+    outcome.truncated["ms"] = round((time.perf_counter() - started) * 1000, 1)
     return cut.result, full[:limit]
 
 
