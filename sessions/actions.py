@@ -64,7 +64,6 @@ def _enqueue_on_commit(call_id: str) -> None:
 # -- starting a call ---------------------------------------------------------------------
 
 
-@transaction.atomic
 def do_start_tool_call(user: Any, server_id: Any, tool: str, arguments: dict[str, Any]) -> ToolCall:
     """Record the call, decide on it from the server's last tool list, and act on the decision.
 
@@ -95,8 +94,9 @@ def do_start_tool_call(user: Any, server_id: Any, tool: str, arguments: dict[str
         asks_now = False
     if asks_now:
         call.status = CallStatus.AWAITING_APPROVAL
-        call.save()
-        _request_approval(call, decision, definition)
+        with transaction.atomic():
+            call.save()
+            _request_approval(call, decision, definition)
         return call
     if decision.effect == ASK:
         call.decision = {**call.decision, "effect": "defer", "reason": "The worker decides on the live definition."}
@@ -106,11 +106,13 @@ def do_start_tool_call(user: Any, server_id: Any, tool: str, arguments: dict[str
     # To the worker that holds this user's session with the server, if one does (sessions/affinity.py);
     # the call records it, so the sweep can send the call elsewhere if that worker dies first.
     call.worker = affinity.route(server, user.pk)
+    # One write, so no transaction of its own (on PostgreSQL that is two round trips fewer per call).
     call.save()
     transaction.on_commit(lambda: affinity.send(run_tool_call, call.worker, (str(call.id),)))
     return call
 
 
+@transaction.atomic
 def _reject(call: ToolCall, error: str, kind: str, decided: bool = False) -> ToolCall:
     call.status, call.error, call.error_kind, call.finished_at = CallStatus.REJECTED, error, kind, timezone.now()
     call.save()
