@@ -28,7 +28,7 @@ BENCH_QUEUE = os.environ.get("BENCH_QUEUE", "bench")
 BENCH_ENCRYPTION_KEYS = "bench:" + base64.b64encode(b"bench-only-key-not-in-production").decode()
 # Two worker processes on this two-core machine, 16 threads each, as the issue sets.
 DISTRIBUTED_WORKERS = 2
-WORKER_THREADS = 16
+WORKER_THREADS = int(os.environ.get("BENCH_WORKER_THREADS", "16"))
 
 
 def free_port() -> int:
