@@ -47,13 +47,20 @@ def count_tokens(text: str) -> int:
     return sum(1 for _ in _TOKEN.finditer(text))
 
 
-def _closer_count(result: dict[str, Any]) -> int:
+def _closer_count(result: dict[str, Any], stop_above: int) -> int | None:
+    """The closer count, or None as soon as it passes `stop_above`: whether a 10 MB text is over the
+    limit is known after the limit's worth of it, and counting all of it took most of a second."""
     total = 0
     for block in result.get("content") or []:
-        if block.get("type") == "text":
-            total += count_tokens(block.get("text") or "")
-        else:
+        if block.get("type") != "text":
             total += _block_chars(block) // CHARS_PER_TOKEN
+        else:
+            for _ in _TOKEN.finditer(block.get("text") or ""):
+                total += 1
+                if total > stop_above:
+                    return None
+        if total > stop_above:
+            return None
     return total
 
 
@@ -72,9 +79,11 @@ def truncate_result(result: dict[str, Any], max_tokens: int = DEFAULT_MAX_OUTPUT
     max_chars = max_tokens * CHARS_PER_TOKEN
     if estimate <= max_tokens * THRESHOLD_FACTOR and structured_chars <= max_chars:
         return Truncation(result, False, estimate)
-    tokens = _closer_count(result)
-    if tokens <= max_tokens and structured_chars <= max_chars:
-        return Truncation(result, False, tokens)
+    counted = _closer_count(result, max_tokens)
+    if counted is not None and structured_chars <= max_chars:
+        return Truncation(result, False, counted)
+    # Over the limit: the cheap estimate stands for the size (the closer count stopped at the limit).
+    tokens = max(estimate, max_tokens + 1) if counted is None else counted
 
     kept: list[dict[str, Any]] = []
     used = 0
