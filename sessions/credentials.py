@@ -129,14 +129,16 @@ def prepare(server: Server, user_id: int, with_oauth: bool = True, connecting: b
     """`connecting`: the user pressed Connect, so what the needs-auth cache says does not apply."""
     base = server.to_config()
     owner = owner_of(user_id)
-    rows = applicable(server, user_id)
+    names = referenced_secrets(base)
+    # A credential enters a connection only through a ${secret:…} reference, or as OAuth (HTTP
+    # transports): a stdio server that references no secret needs no credentials query.
+    rows = applicable(server, user_id) if names or base.transport != "stdio" else []
     key = connection_key(server, user_id, rows, base)
     # The needs-auth mark holds for this exact config and these credentials only.
     current = key.fingerprint
     cached = None if connecting else known_needs_auth(server.pk, owner, current)
     if cached is not None:
         return Prepared(base, key, failure=Failure(NEEDS_AUTH, cached["message"]), revision=current)
-    names = referenced_secrets(base)
     secrets: dict[str, str] = {}
     for name in sorted(names):
         row = pick(rows, CredentialKind.SECRET, name)

@@ -50,8 +50,9 @@ def test_a_warm_call_costs_a_fixed_small_number_of_statements(alice, demo_server
     # The consumer: the server (with its team's policy), the rules, the call's row.
     expected = Counter({"SELECT": 2, "INSERT": 1})
     if settings.EMBEDDED:
-        # The worker: claim (with its channel); the call with its server; the credentials; the rules
-        # again (decided anew on the live definition); the end and its audit row. A warm connection's
-        # unchanged tool list is neither read back nor written.
-        expected += Counter({"UPDATE": 2, "SELECT": 3, "INSERT": 1})
+        # The worker: claim (with its channel); the call with its server; the rules again (decided
+        # anew on the live definition); the end and its audit row. No credentials query: the demo
+        # server runs on stdio and references no secret. A warm connection's unchanged tool list is
+        # neither read back nor written.
+        expected += Counter({"UPDATE": 2, "SELECT": 2, "INSERT": 1})
     assert kinds == expected, "\n".join(sql)
