@@ -217,7 +217,10 @@ def oauth_settings_for(server: Server) -> OAuthSettings | None:
     """The provider's settings, or None when the admin turned OAuth off (or the transport has none)."""
     if server.transport == "stdio":
         return None
-    row = ServerOAuth.objects.filter(server=server).first()
+    try:
+        row: ServerOAuth | None = server.oauth  # loaded with the call in the worker (select_related)
+    except ServerOAuth.DoesNotExist:
+        row = None
     if row is not None and not row.enabled:
         return None
     base = OAuthSettings(

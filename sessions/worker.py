@@ -195,7 +195,7 @@ def execute_tool_call(call_id: str) -> None:
     if not actions.do_claim_tool_call(call_id, WORKER_NAME, channel):
         return
     # The server's recorded tool list is left out: the live one is listed below (see _record_tools).
-    found = ToolCall.objects.select_related("server__team__policy", "user").defer("server__tools")
+    found = ToolCall.objects.select_related("server__team__policy", "server__oauth", "user").defer("server__tools")
     call = found.get(pk=call_id)
     progress: list[dict[str, Any]] = []  # kept on the record, for the history page
     try:

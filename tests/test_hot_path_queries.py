@@ -32,7 +32,18 @@ def statements(monkeypatch):
     return seen
 
 
-def test_a_warm_call_costs_a_fixed_small_number_of_statements(alice, demo_server, statements):
+@pytest.fixture(params=["stdio", "http"])
+def server(request, alice, demo_server):
+    if request.param == "stdio":
+        return demo_server
+    demo_server.transport, demo_server.url = "http", request.getfixturevalue("demo_http_url")
+    demo_server.command, demo_server.args = "", []
+    demo_server.save()
+    return demo_server
+
+
+def test_a_warm_call_costs_a_fixed_small_number_of_statements(alice, server, statements):
+    demo_server = server
     cookie = session_cookie(alice)
 
     async def scenario():
@@ -55,4 +66,7 @@ def test_a_warm_call_costs_a_fixed_small_number_of_statements(alice, demo_server
         # server runs on stdio and references no secret. A warm connection's unchanged tool list is
         # neither read back nor written.
         expected += Counter({"UPDATE": 2, "SELECT": 2, "INSERT": 1})
+        if server.transport == "http":
+            # The credentials: OAuth may apply over HTTP (the OAuth settings come with the call's row).
+            expected += Counter({"SELECT": 1})
     assert kinds == expected, "\n".join(sql)
