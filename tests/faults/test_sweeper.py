@@ -42,17 +42,32 @@ def test_the_calls_of_a_dead_worker_end_once_its_heartbeat_has_been_missing_a_wh
     assert sweeper.sweep(now=1000.0 + 2 * ttl)["ended"] == 0  # once
 
 
-def test_calls_routed_to_a_dead_worker_that_never_claimed_them_are_sent_again(alice, demo_server, worker):
-    routed = ToolCall.objects.create(
-        user=alice,
-        server=demo_server,
-        server_name=demo_server.name,
+def pending_echo(user, server, message: str, worker: str = "") -> ToolCall:
+    """A call queued as do_start_tool_call queues one (allowed), waiting for a worker to claim it."""
+    return ToolCall.objects.create(
+        user=user,
+        server=server,
+        server_name=server.name,
         tool="echo",
-        arguments={"message": "routed to the dead"},
+        arguments={"message": message},
         status=CallStatus.PENDING,
-        worker="ghost:2",  # routed there; its task died in that worker's own queue
+        worker=worker,
         decision={"effect": "allow", "reason": "test"},
     )
+
+
+def ran_to_success(call: ToolCall) -> ToolCall:
+    """Wait (up to a minute) for the suite's worker to run the call; its record, checked."""
+    deadline = timezone.now() + timedelta(seconds=60)
+    while ToolCall.objects.get(pk=call.pk).status != CallStatus.SUCCEEDED:
+        assert timezone.now() < deadline, ToolCall.objects.get(pk=call.pk).status
+        time.sleep(0.05)
+    return assert_recorded(str(call.pk), CallStatus.SUCCEEDED)
+
+
+def test_calls_routed_to_a_dead_worker_that_never_claimed_them_are_sent_again(alice, demo_server, worker):
+    # Routed to "ghost:2", whose task died in that worker's own queue.
+    routed = pending_echo(alice, demo_server, "routed to the dead", worker="ghost:2")
     sweeper = Sweeper("sweeper-unroute:1")
     affinity.beat(sweeper.name)
     ttl = affinity.heartbeat_ttl()
@@ -60,12 +75,7 @@ def test_calls_routed_to_a_dead_worker_that_never_claimed_them_are_sent_again(al
     assert ToolCall.objects.get(pk=routed.pk).worker == "ghost:2"
     assert sweeper.sweep(now=1000.0 + ttl)["resent"] == 1
     assert sweeper.sweep(now=1000.0 + 2 * ttl)["resent"] == 0  # once: it is routed nowhere now
-    deadline = timezone.now() + timedelta(seconds=60)
-    while ToolCall.objects.get(pk=routed.pk).status != CallStatus.SUCCEEDED:
-        assert timezone.now() < deadline, ToolCall.objects.get(pk=routed.pk).status
-        time.sleep(0.05)
-    call = assert_recorded(str(routed.pk), CallStatus.SUCCEEDED)  # the suite's worker ran it
-    assert call.worker not in ("", "ghost:2")
+    assert ran_to_success(routed).worker not in ("", "ghost:2")
 
 
 def test_nothing_is_judged_while_the_sweeper_cannot_see_its_own_heartbeat(orphan):
@@ -80,25 +90,13 @@ def test_nothing_is_judged_while_the_sweeper_cannot_see_its_own_heartbeat(orphan
 
 def test_a_call_whose_task_was_lost_is_sent_again(alice, demo_server, worker, settings):
     settings.PORTAL_PENDING_RESEND_SECONDS = 30
-    lost = ToolCall.objects.create(
-        user=alice,
-        server=demo_server,
-        server_name=demo_server.name,
-        tool="echo",
-        arguments={"message": "found again"},
-        status=CallStatus.PENDING,
-        decision={"effect": "allow", "reason": "test"},
-    )
+    lost = pending_echo(alice, demo_server, "found again")
     ToolCall.objects.filter(pk=lost.pk).update(created_at=timezone.now() - timedelta(seconds=60))
     sweeper = Sweeper("sweeper-resend:1")
     affinity.beat(sweeper.name)
     assert sweeper.sweep(now=0.0)["resent"] == 1
     assert sweeper.sweep(now=1.0)["resent"] == 0  # not again at once
-    deadline = timezone.now() + timedelta(seconds=60)
-    while ToolCall.objects.get(pk=lost.pk).status != CallStatus.SUCCEEDED:
-        assert timezone.now() < deadline, ToolCall.objects.get(pk=lost.pk).status
-        time.sleep(0.05)
-    assert_recorded(str(lost.pk), CallStatus.SUCCEEDED)
+    ran_to_success(lost)
 
 
 def test_an_approval_whose_expiry_task_was_lost_ends_when_overdue(alice, demo_server):
