@@ -846,7 +846,8 @@ class Sweeper:
         ttl = affinity.heartbeat_ttl()
         # Running calls name the worker running them; pending ones the worker they were routed to.
         held = ToolCall.objects.filter(status__in=[CallStatus.RUNNING, CallStatus.PENDING]).exclude(worker="")
-        workers = set(held.values_list("worker", flat=True).distinct())
+        # order_by(): the model's ordering would put created_at into the DISTINCT, a row per call.
+        workers = set(held.order_by().values_list("worker", flat=True).distinct())
         for worker in workers:
             if worker == self.name or affinity.is_alive(worker):
                 self.missing_since.pop(worker, None)
