@@ -63,16 +63,7 @@ def test_allow_once_runs_the_call_and_the_next_call_asks_again(bob, demo_server)
 
     async def scenario():
         async with Playground(cookie) as ws:
-            await ws.send(
-                {
-                    "type": "call",
-                    "ref": "a",
-                    "server": demo_server.pk,
-                    "tool": "write_note",
-                    "arguments": {"text": "hi"},
-                }
-            )
-            accepted = await ws.until("call.accepted", ref="a")
+            accepted = await ws.start(demo_server.pk, "write_note", {"text": "hi"})
             requested = await ws.until("approval.requested", call=accepted["call"])
             await ws.answer(requested, "allow_once")
             approved = await ws.until("approval.ended", approval=requested["approval"])
@@ -145,10 +136,7 @@ def test_an_unanswered_approval_times_out_and_ends_the_call(bob, demo_server, se
             # With the tool list known, the portal asks at once (in this process, with this timeout).
             await ws.send({"type": "list_tools", "server": demo_server.pk})
             await ws.until("tools", server=demo_server.pk)
-            await ws.send(
-                {"type": "call", "ref": "t", "server": demo_server.pk, "tool": "write_note", "arguments": {"text": "x"}}
-            )
-            accepted = await ws.until("call.accepted", ref="t")
+            accepted = await ws.start(demo_server.pk, "write_note", {"text": "x"})
             requested = await ws.until("approval.requested", call=accepted["call"])
             ended = await ws.until("call.ended", call=accepted["call"])
             expired = await ws.until("approval.ended", approval=requested["approval"])
@@ -174,16 +162,7 @@ def test_a_pending_approval_survives_a_reload(bob, demo_server):
 
     async def scenario():
         async with Playground(cookie) as ws:
-            await ws.send(
-                {
-                    "type": "call",
-                    "ref": "r",
-                    "server": demo_server.pk,
-                    "tool": "write_note",
-                    "arguments": {"text": "kept"},
-                }
-            )
-            accepted = await ws.until("call.accepted", ref="r")
+            accepted = await ws.start(demo_server.pk, "write_note", {"text": "kept"})
             requested = await ws.until("approval.requested", call=accepted["call"])
         async with Playground(cookie) as reloaded:
             await reloaded.send({"type": "list_approvals"})
@@ -202,16 +181,7 @@ def test_nobody_can_answer_an_approval_that_is_not_theirs_or_was_never_issued(al
 
     async def scenario():
         async with Playground(bob_cookie) as bob_ws, Playground(alice_cookie) as alice_ws:
-            await bob_ws.send(
-                {
-                    "type": "call",
-                    "ref": "b",
-                    "server": demo_server.pk,
-                    "tool": "write_note",
-                    "arguments": {"text": "mine"},
-                }
-            )
-            accepted = await bob_ws.until("call.accepted", ref="b")
+            accepted = await bob_ws.start(demo_server.pk, "write_note", {"text": "mine"})
             requested = await bob_ws.until("approval.requested", call=accepted["call"])
             errors = []
             # Alice is an admin of bob's team; the approval is still bob's alone.
@@ -276,10 +246,7 @@ def test_a_team_ask_cannot_be_turned_into_always_allow(alice, bob, demo_server):
 
     async def scenario():
         async with Playground(cookie) as ws:
-            await ws.send(
-                {"type": "call", "ref": "e", "server": demo_server.pk, "tool": "echo", "arguments": {"message": "m"}}
-            )
-            accepted = await ws.until("call.accepted", ref="e")
+            accepted = await ws.start(demo_server.pk, "echo", {"message": "m"})
             requested = await ws.until("approval.requested", call=accepted["call"])
             await ws.answer(requested, "always_allow")
             refused = await ws.until("error")

@@ -72,6 +72,12 @@ class Playground:
             if event.get("type") in types and all(event.get(k) == v for k, v in match.items()):
                 return event
 
+    async def start(self, server: int, tool: str, arguments: dict | None = None, timeout: float = 30) -> dict[str, Any]:
+        """Start a call and return its call.accepted event, without waiting for its end."""
+        ref = f"r{len(self.seen)}"
+        await self.send({"type": "call", "ref": ref, "server": server, "tool": tool, "arguments": arguments or {}})
+        return await self.until("call.accepted", ref=ref, timeout=timeout)
+
     async def call(
         self, server: int, tool: str, arguments: dict | None = None, timeout: float = 30, approve: str | None = None
     ) -> dict[str, Any]:
@@ -80,9 +86,7 @@ class Playground:
         With `approve` ("allow_once", "always_allow" or "deny"), first wait for the call's
         approval request and answer it so.
         """
-        ref = f"r{len(self.seen)}"
-        await self.send({"type": "call", "ref": ref, "server": server, "tool": tool, "arguments": arguments or {}})
-        accepted = await self.until("call.accepted", ref=ref, timeout=timeout)
+        accepted = await self.start(server, tool, arguments, timeout)
         if approve:
             await self.answer(await self.until("approval.requested", call=accepted["call"], timeout=timeout), approve)
         return await self.until("call.ended", call=accepted["call"], timeout=timeout)

@@ -40,16 +40,7 @@ def test_a_server_killed_mid_call(alice, fault_server, worker, tmp_path):
 
     async def scenario():
         async with Playground(cookie) as ws:
-            await ws.send(
-                {
-                    "type": "call",
-                    "ref": "h",
-                    "server": fault_server.pk,
-                    "tool": "hang",
-                    "arguments": {"pidfile": str(pidfile)},
-                }
-            )
-            accepted = await ws.until("call.accepted", ref="h")
+            accepted = await ws.start(fault_server.pk, "hang", {"pidfile": str(pidfile)})
             pid = int(await asyncio.to_thread(wait_for_file, pidfile))
             os.kill(pid, signal.SIGKILL)
             ended = await ws.until("call.ended", call=accepted["call"], timeout=60)
@@ -137,16 +128,7 @@ def test_the_browser_disconnects_mid_call_and_comes_back(alice, fault_server, wo
 
     async def scenario():
         async with Playground(cookie) as ws:
-            await ws.send(
-                {
-                    "type": "call",
-                    "ref": "w",
-                    "server": fault_server.pk,
-                    "tool": "wait_for",
-                    "arguments": {"path": str(release)},
-                }
-            )
-            accepted = await ws.until("call.accepted", ref="w")
+            accepted = await ws.start(fault_server.pk, "wait_for", {"path": str(release)})
             await ws.until("call.started", call=accepted["call"])
         # The page is gone while the call runs. It comes back; then the call ends.
         async with Playground(cookie) as ws:

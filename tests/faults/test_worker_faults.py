@@ -26,16 +26,7 @@ def test_a_worker_killed_mid_call(alice, fault_server, two_workers, tmp_path):  
 
     async def scenario():
         async with Playground(cookie) as ws:
-            await ws.send(
-                {
-                    "type": "call",
-                    "ref": "w",
-                    "server": fault_server.pk,
-                    "tool": "wait_for",
-                    "arguments": {"path": str(release)},
-                }
-            )
-            accepted = await ws.until("call.accepted", ref="w")
+            accepted = await ws.start(fault_server.pk, "wait_for", {"path": str(release)})
             started = await ws.until("call.started", call=accepted["call"], timeout=60)
             victim = two_workers[started["worker"]]
             victim.send_signal(signal.SIGKILL)
