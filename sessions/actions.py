@@ -369,8 +369,8 @@ def do_list_pending_approvals(user: Any) -> list[Approval]:
 def do_claim_tool_call(call_id: str, worker: str, channel: str = "") -> bool:
     """Pending → running, once: a task delivered twice must not call the tool twice.
 
-    `channel` is where the worker will listen for Cancel and answers (do_record_call_channel),
-    recorded in the same write.
+    `channel` is where the worker will listen for Cancel and answers, recorded in the same write
+    (the consumer sends those to the call's channel).
     """
     claimed = ToolCall.objects.filter(pk=call_id, status=CallStatus.PENDING).update(
         status=CallStatus.RUNNING, started_at=timezone.now(), worker=worker, channel=channel
@@ -473,11 +473,6 @@ def do_set_connection_status(
         },
     )
     return row.as_event()
-
-
-def do_record_call_channel(call_id: str, channel: str) -> None:
-    """Where the worker running the call listens, so Cancel and answers reach it."""
-    ToolCall.objects.filter(pk=call_id).update(channel=channel)
 
 
 @transaction.atomic

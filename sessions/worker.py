@@ -473,10 +473,7 @@ async def _converse(
     """Run the call while listening on a channel of its own for the person behind it: Cancel, and
     answers to the server's elicitations and sampling requests (docs/websocket-protocol.md)."""
     layer = get_channel_layer()
-    channel = call.channel
-    if not channel:
-        channel = await layer.new_channel()
-        await database_sync_to_async(actions.do_record_call_channel)(call_id, channel)
+    channel = call.channel  # named and recorded when the call was claimed (execute_tool_call)
     waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
     loop = asyncio.get_running_loop()
     asked = False  # whether any form or sampling request was opened, so there may be one to close
