@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 _pool: ConnectionPool | None = None
 _pool_lock = threading.Lock()
 _stopping = threading.Event()
+_heartbeat: threading.Thread | None = None
 HEARTBEAT_KEY = "portal:worker-heartbeat"
 
 
@@ -69,6 +70,11 @@ def get_pool() -> ConnectionPool:
 def shutdown_pool() -> None:
     global _pool
     _stopping.set()  # no more heartbeats: the router must stop sending calls here
+    heartbeat = _heartbeat
+    if heartbeat is not None and heartbeat is not threading.current_thread():
+        # A beat under way ends first: it would otherwise write the heartbeat again after it is
+        # cleared below, or still be in a database call while the interpreter exits.
+        heartbeat.join(timeout=10)
     try:
         affinity.stop()
     except Exception:  # noqa: BLE001 - the cache may be gone already; the TTL covers it
@@ -813,8 +819,10 @@ def start_heartbeat(name: str = WORKER_NAME) -> threading.Thread:
                 close_old_connections()
             _stopping.wait(interval)
 
+    global _heartbeat
     thread = threading.Thread(target=beat, name="portal-heartbeat", daemon=True)
     thread.start()
+    _heartbeat = thread
     return thread
 
 
