@@ -18,11 +18,12 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from portal.env import envbool, envfloat, envint, envlist, envsecret
+from portal.var_dir import private_directory, private_sqlite
 from servers.crypto import KeyConfigError, load_keyring
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.environ.get("PORTAL_VAR_DIR", BASE_DIR / "var"))
-VAR_DIR.mkdir(parents=True, exist_ok=True)
+# The database and the keys live here: the directory is the owner's alone (portal/var_dir.py).
+VAR_DIR = private_directory(Path(os.environ.get("PORTAL_VAR_DIR", BASE_DIR / "var")))
 
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
 REDIS_URL = os.environ.get("REDIS_URL", "")
@@ -107,11 +108,13 @@ ASGI_APPLICATION = "portal.asgi.application"
 WSGI_APPLICATION = None
 
 if EMBEDDED:
+    # The browser tests point a portal process at the test database with PORTAL_SQLITE_PATH.
+    SQLITE_PATH = Path(os.environ.get("PORTAL_SQLITE_PATH", VAR_DIR / "portal.sqlite3"))
+    private_sqlite(SQLITE_PATH)  # 0600 before SQLite makes it, so its WAL and shared memory are 0600 too
     DATABASES = {
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
-            # The browser tests point a portal process at the test database with PORTAL_SQLITE_PATH.
-            "NAME": os.environ.get("PORTAL_SQLITE_PATH", VAR_DIR / "portal.sqlite3"),
+            "NAME": SQLITE_PATH,
             # WAL and IMMEDIATE let the worker threads and the web threads write without
             # "database is locked"; the browser tests' portal process shares the test file.
             # synchronous=NORMAL: in WAL mode a commit no longer waits for fsync (the file

@@ -218,6 +218,29 @@ def test_a_request_timeout_keeps_the_connection_usable(pool):
     assert after.status == "succeeded"
 
 
+@pytest.mark.parametrize(
+    "owner, protocol, one_at_a_time",
+    [("team:1", "legacy", True), ("user:1", "legacy", False), ("team:1", "modern", False)],
+)
+def test_only_a_shared_handshake_era_connection_serves_one_call_at_a_time(pool, owner, protocol, one_at_a_time):
+    """Its server requests cannot be told apart (docs/connections.md); every other connection stays concurrent."""
+    import asyncio
+    import time
+
+    config = stdio_demo(protocol=protocol)
+    key = ConnectionKey.for_owner(1, config, owner)
+
+    async def two_sleeps() -> tuple[float, list[str]]:
+        await pool.connection(key, config)
+        started = time.monotonic()
+        outcomes = await asyncio.gather(*(pool.call_tool(key, config, "sleep", {"seconds": 1}) for _ in range(2)))
+        return time.monotonic() - started, [o.status for o in outcomes]
+
+    took, statuses = pool.run(two_sleeps(), timeout=60)
+    assert statuses == ["succeeded", "succeeded"]
+    assert (took >= 2.0) is one_at_a_time, took
+
+
 def test_shutdown_leaves_no_stdio_process_behind():
     import os
     import time

@@ -150,5 +150,10 @@ class ConnectionKey:
     def for_owner(cls, server_id: int, config: ServerConfig, owner: str) -> ConnectionKey:
         return cls(server_id, config.fingerprint(), owner)
 
+    @property
+    def shared(self) -> bool:
+        """A team's session (servers.Server.connection_owner): several members' calls share it."""
+        return self.owner.startswith("team:")
+
     def __str__(self) -> str:
         return f"{self.server_id}:{self.fingerprint}:{self.owner}"

@@ -144,6 +144,20 @@ def ask(topic: str, answer: Annotated[ElicitationResult[Contact], Resolve(ask_co
     return f"no contact given ({answer.action})"
 
 
+@server.tool(
+    title="Ask for a contact, later (handshake era)",
+    description="Wait `seconds`, then ask for a name and email in the middle of the call (an elicitation request).",
+    annotations=ToolAnnotations(readOnlyHint=True),
+)
+async def ask_later(ctx: Context, topic: str, seconds: Annotated[float, Field(ge=0, le=60)] = 1) -> str:
+    # The request comes while the call runs, not before it: other calls may have started meanwhile.
+    await asyncio.sleep(seconds)
+    answer = await ctx.elicit(f"Who should we contact about {topic}?", Contact)
+    if isinstance(answer, AcceptedElicitation):
+        return f"will contact {answer.data.name} <{answer.data.email}> about {topic}"
+    return f"no contact given ({answer.action})"
+
+
 def _titled(*options: tuple[str, str]) -> Any:
     # MCP's titled single-select: oneOf of {const, title}, instead of pydantic's bare enum.
     def extra(schema: dict[str, Any]) -> None:

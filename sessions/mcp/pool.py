@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import logging
 import math
@@ -102,6 +103,8 @@ class CallHooks:
         if self._scope is not None:
             self._scope.deadline = anyio.current_time() + self._seconds
 
+
+NO_TURN = contextlib.nullcontext()
 
 # The call this task is serving. In 2026 mode server requests arrive as input_required rounds whose
 # callbacks run in the caller's task, so this is visible there; in the handshake era they run in the
@@ -195,6 +198,7 @@ class Connection:
     _task: asyncio.Task[None] | None = None
     _errlog: Any = None
     _last_stderr: str = ""
+    _turns: asyncio.Lock | None = None  # see `turn`
     http: HttpTrace = field(default_factory=HttpTrace)
     calls: list[CallHooks] = field(default_factory=list)  # in flight, oldest first
     on_server_log: LogSink | None = None  # logs that arrive outside any call
@@ -241,10 +245,27 @@ class Connection:
         hooks = serving.get()
         if hooks is None and self.calls:
             # Handshake era: the request arrives on the session's receive loop, outside the caller's
-            # task. One call in flight is the one asking; with several the request carries nothing
-            # that says which, so it goes to the most recent.
+            # task, and carries nothing that says which call it is for (the SDK hands the callback
+            # only the server's own request id and _meta). On one person's connection every call in
+            # flight is theirs, so the most recent one answers. A shared connection serves one
+            # request at a time (`turn`), so the call in flight, if any, is the one asking.
             hooks = self.calls[-1]
         return hooks
+
+    @property
+    def one_request_at_a_time(self) -> bool:
+        """Several members' calls on one handshake-era session: a server request could not be told apart."""
+        return (
+            self.key is not None and self.key.shared and self.negotiated is not None and self.negotiated.era == "legacy"
+        )
+
+    def turn(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """Held around every request on a connection that serves one at a time; nothing on the others."""
+        if not self.one_request_at_a_time:
+            return NO_TURN
+        if self._turns is None:
+            self._turns = asyncio.Lock()
+        return self._turns
 
     async def _on_elicit(self, ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData:
         hooks = self._serving()
@@ -432,7 +453,8 @@ class Connection:
         """Run one request under the config's deadline (an anyio cancel scope, see call_tool)."""
         seconds = self.config.request_timeout
         with anyio.CancelScope(deadline=anyio.current_time() + seconds):
-            return await fn()
+            async with self.turn():
+                return await fn()
         raise RequestTimedOut(seconds)
 
     async def list_tools(self, refresh: bool = False) -> list[dict[str, Any]]:
@@ -468,7 +490,6 @@ class Connection:
         seconds = self.config.request_timeout
         hooks = hooks or CallHooks()
         token = serving.set(hooks)
-        self.calls.append(hooks)
         try:
             with anyio.CancelScope(deadline=anyio.current_time() + seconds) as scope:
                 hooks._scope, hooks._seconds = scope, seconds
@@ -479,9 +500,14 @@ class Connection:
                     if hooks.on_progress is not None:
                         await hooks.on_progress(value, total, message)
 
-                return await client.call_tool(tool, arguments, progress_callback=progress)
+                # Waiting for the turn counts against this call's deadline: it has not reached the server.
+                async with self.turn():
+                    self.calls.append(hooks)
+                    try:
+                        return await client.call_tool(tool, arguments, progress_callback=progress)
+                    finally:
+                        self.calls.remove(hooks)
         finally:
-            self.calls.remove(hooks)
             serving.reset(token)
         raise RequestTimedOut(seconds)
 
@@ -838,8 +864,14 @@ class ConnectionPool:
         conn = await self.connection(key, config)
         assert conn.client is not None
         conn.in_flight += 1
+
+        async def in_turn() -> T:
+            assert conn.client is not None
+            async with conn.turn():
+                return await work(conn, conn.client)
+
         try:
-            return await asyncio.wait_for(work(conn, conn.client), config.request_timeout)
+            return await asyncio.wait_for(in_turn(), config.request_timeout)
         except BaseException as exc:
             if isinstance(exc, asyncio.CancelledError):
                 raise

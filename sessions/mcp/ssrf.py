@@ -16,14 +16,48 @@ import anyio
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
-# Cloud metadata endpoints are refused even where private networks are allowed.
+# Cloud metadata endpoints are refused even where private networks are allowed: they hand out the
+# host's credentials to whoever asks from inside. Some lie in public or private space, where no other
+# rule would catch them. (metadata.google.internal is a name for 169.254.169.254.)
 METADATA = {
-    ipaddress.ip_address("169.254.169.254"),
-    ipaddress.ip_address("fd00:ec2::254"),
-    ipaddress.ip_address("100.100.100.200"),
+    ipaddress.ip_address(address): who
+    for address, who in [
+        ("169.254.169.254", "AWS, Google Cloud, Azure, OpenStack, DigitalOcean, Oracle and others"),
+        ("fd00:ec2::254", "AWS instance metadata over IPv6"),
+        ("fd20:ce::254", "Google Cloud metadata over IPv6"),
+        ("169.254.170.2", "AWS ECS task metadata and credentials"),
+        ("100.100.100.200", "Alibaba Cloud"),
+        ("168.63.129.16", "Azure WireServer: extensions, health, DNS"),
+        ("192.0.0.192", "Oracle Cloud, legacy metadata"),
+    ]
 }
 
 SHARED = ipaddress.ip_network("100.64.0.0/10")  # carrier-grade NAT: private in practice
+
+# IPv6 forms that carry an IPv4 address a tunnel or translator may deliver to: each is judged by the
+# address it embeds, so "2002:a9fe:a9fe::" cannot reach what "169.254.169.254" may not. (Python's
+# ipaddress counts 6to4 as global and NAT64 as reserved, whatever they embed.)
+NAT64 = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052 well-known prefix: the IPv4 is the last 32 bits
+# RFC 8215 local use: the translator may embed at /48, /56, /64 or /96, so no one reading decides where it leads.
+NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+IPV4_TRANSLATED = ipaddress.ip_network("::ffff:0:0:0/96")  # RFC 2765 (SIIT)
+IPV4_COMPATIBLE = ipaddress.ip_network("::/96")  # RFC 4291, deprecated; :: and ::1 are not IPv4
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
+    """The IPv4 addresses this IPv6 address would reach through a tunnel or translator."""
+    last32 = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    if address.ipv4_mapped is not None:
+        return [address.ipv4_mapped]
+    if address.sixtofour is not None:  # 2002::/16 (RFC 3056): bits 16-48
+        return [address.sixtofour]
+    if address.teredo is not None:  # 2001::/32 (RFC 4380): the server, and the client (inverted)
+        return list(address.teredo)
+    if address in NAT64 or address in IPV4_TRANSLATED:
+        return [last32]
+    if address in IPV4_COMPATIBLE and int(address) > 1:
+        return [last32]
+    return []
 
 
 class AddressRefused(Exception):
@@ -44,10 +78,17 @@ class NetworkPolicy:
 
 def refusal(address: Address, policy: NetworkPolicy) -> str | None:
     """Why this address may not be reached, or None if it may."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return refusal(address.ipv4_mapped, policy)
     if address in METADATA:
-        return "a cloud metadata address"
+        return f"a cloud metadata address ({METADATA[address]})"
+    if isinstance(address, ipaddress.IPv6Address):
+        if address in NAT64_LOCAL:
+            return "a local-use NAT64 address (64:ff9b:1::/48), whose IPv4 address depends on the local translator"
+        for inner in embedded_ipv4(address):
+            reason = refusal(inner, policy)
+            if reason:
+                return f"an IPv6 address embedding {inner}, {reason}"
+        if address.ipv4_mapped is not None or address in NAT64:
+            return None  # nothing but a way to write the IPv4 address, judged above
     if address.is_unspecified:
         return "an unspecified address"
     if address.is_link_local:

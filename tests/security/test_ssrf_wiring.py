@@ -57,12 +57,47 @@ def test_a_name_is_resolved_and_every_address_checked(pool, demo_http_url):
     assert failure.kind == "address_refused" and "localhost resolves to" in failure.message
 
 
-@pytest.mark.parametrize("host", ["169.254.169.254", "fd00:ec2::254", "169.254.1.1", "0.0.0.0", "224.0.0.1"])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "169.254.169.254",
+        "fd00:ec2::254",
+        "169.254.1.1",
+        "0.0.0.0",
+        "224.0.0.1",
+        "168.63.129.16",
+        "2002:a9fe:a9fe::1",
+        "64:ff9b::a9fe:a9fe",
+    ],
+)
 def test_metadata_and_special_addresses_are_refused_before_any_connection(host):
     # resolve() is what every transport calls before connecting: it raises, so nothing is sent.
     with pytest.raises(AddressRefused) as caught:
         asyncio.run(resolve(host, 80, LOCAL_NETWORK))
     assert caught.value.kind == "address_refused"
+
+
+@pytest.mark.parametrize(
+    "url, embedded",
+    [
+        ("http://[2002:7f00:1::1]:{port}/mcp", "127.0.0.1"),  # 6to4
+        ("http://[64:ff9b::7f00:1]:{port}/mcp", "127.0.0.1"),  # NAT64
+        ("ws://[2001:0:7f00:1::1]:{port}/", "127.0.0.1"),  # Teredo
+    ],
+)
+def test_an_ipv6_literal_embedding_loopback_is_refused_at_connect_time(pool, url, embedded):
+    transport = "websocket" if url.startswith("ws") else "http"
+    config = ServerConfig(name="x", transport=transport, url=url.format(port=8000), network=STRICT)
+    failure = probe_failure(pool, config)
+    assert failure.kind == "address_refused", failure
+    assert f"an IPv6 address embedding {embedded}, a loopback or private address" in failure.message
+
+
+def test_the_azure_wireserver_is_refused_at_connect_time_even_where_private_addresses_are_allowed(pool):
+    failure = probe_failure(
+        pool, ServerConfig(name="x", transport="http", url="http://168.63.129.16/mcp", network=LOCAL_NETWORK)
+    )
+    assert failure.kind == "address_refused" and "Azure WireServer" in failure.message, failure
 
 
 def test_a_dns_failure_refuses(pool):
@@ -149,7 +184,17 @@ def http_form(team, url):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "url", ["http://169.254.169.254/mcp", "http://[fd00:ec2::254]/mcp", "http://[fe80::1]/mcp", "http://0.0.0.0/mcp"]
+    "url",
+    [
+        "http://169.254.169.254/mcp",
+        "http://[fd00:ec2::254]/mcp",
+        "http://[fe80::1]/mcp",
+        "http://0.0.0.0/mcp",
+        "http://168.63.129.16/mcp",
+        "http://[2002:a9fe:a9fe::1]/mcp",
+        "http://[64:ff9b::a9fe:a9fe]/mcp",
+        "http://[2001:0:a9fe:a9fe::1]/mcp",
+    ],
 )
 def test_the_form_refuses_addresses_that_are_never_reached(alice, url, settings):
     settings.PORTAL_ALLOW_PRIVATE_NETWORK = True
