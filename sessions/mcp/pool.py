@@ -677,6 +677,16 @@ class ConnectionPool:
     async def _close_everything(self) -> None:
         await self.close_all()
         await self.events.aclose()
+        # What still runs on this loop (listeners waiting on a queue, background work) ends here, as
+        # asyncio.run ends its tasks: a coroutine left suspended is closed later by the garbage
+        # collector, in whatever thread runs it, and closing one parked in asyncio.Queue.get() while
+        # the interpreter exits crashed it (a segmentation fault after every test had passed).
+        current = asyncio.current_task()
+        leftover = [task for task in asyncio.all_tasks() if task is not current]
+        for task in leftover:
+            task.cancel()
+        if leftover:
+            await asyncio.wait(leftover, timeout=5.0)
 
     def keys_for(self, server_id: int) -> list[ConnectionKey]:
         """The keys of the live connections to a server (to close those whose credentials changed)."""
