@@ -269,6 +269,9 @@ PORTAL_OAUTH_REFRESH_AHEAD_SECONDS = envfloat("PORTAL_OAUTH_REFRESH_AHEAD_SECOND
 PORTAL_OAUTH_REFRESH_JITTER_SECONDS = envfloat("PORTAL_OAUTH_REFRESH_JITTER_SECONDS", 30.0)
 PORTAL_OAUTH_FLOW_SECONDS = envfloat("PORTAL_OAUTH_FLOW_SECONDS", 300.0)
 PORTAL_NEEDS_AUTH_SECONDS = envint("PORTAL_NEEDS_AUTH_SECONDS", 15 * 60)
+# The portal's environment variables a server's ${VAR} may read (comma-separated names); none by
+# default: a team admin is not trusted with the operator's environment (docs/security.md).
+PORTAL_SERVER_VARIABLES = envlist("PORTAL_SERVER_VARIABLES", "")
 
 LOGGING = {
     "version": 1,

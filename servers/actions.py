@@ -21,6 +21,7 @@ from .models import (
     Team,
     TeamPolicy,
     TransportKind,
+    server_variables,
 )
 from .outbound import address_error, command_error
 from .policy import tool_fingerprint
@@ -112,6 +113,7 @@ def plan_import(team: Team, text: str) -> mcp_json.ParsedConfig:
         )
         if error:
             entry.fail(error)
+        entry.report = mcp_json.placeholder_report(fields, server_variables())
     return mcp_json.mark_duplicates(parsed, Server.objects.filter(team=team).values_list("name", flat=True))
 
 

@@ -8,11 +8,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django import forms
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 
 from sessions.mcp.naming import VALID_NAME, normalize_name
-from sessions.mcp.variables import references
+from sessions.mcp.variables import REFERENCE, not_available, references, unavailable
 
 from .mcp_json import MAX_BYTES as MAX_IMPORT_BYTES
 from .models import (
@@ -30,7 +31,6 @@ from .outbound import address_error, command_error
 from .policy import is_valid_pattern
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-VARIABLE_REFERENCE = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*(?::-[^}]*)?\}")
 URL_SCHEMES = {
     TransportKind.HTTP: ("http", "https"),
     TransportKind.SSE: ("http", "https"),
@@ -85,7 +85,8 @@ class ServerForm(forms.Form):
         max_length=500,
         required=False,
         help_text="The MCP endpoint: https://example.com/mcp (Streamable HTTP), https://example.com/sse (SSE), "
-        "wss://example.com/mcp (WebSocket). ${VAR} and ${VAR:-default} come from the portal's environment.",
+        "wss://example.com/mcp (WebSocket). ${secret:NAME} is each person's own value; ${VAR} and "
+        "${VAR:-default} read only the variables the operator exposes to servers.",
     )
     headers = forms.CharField(
         required=False, widget=forms.Textarea(attrs={"rows": 3}), help_text="One Header-Name: value per line."
@@ -215,7 +216,7 @@ class ServerForm(forms.Form):
             else:
                 # ${VAR} is expanded only when connecting: check the URL with a stand-in for each.
                 try:
-                    URLValidator(schemes=list(schemes))(VARIABLE_REFERENCE.sub("placeholder.example", url))
+                    URLValidator(schemes=list(schemes))(REFERENCE.sub("placeholder.example", url))
                 except ValidationError:
                     self.add_error("url", f"Enter a valid {' or '.join(f'{s}://' for s in schemes)} URL.")
                 else:
@@ -225,7 +226,8 @@ class ServerForm(forms.Form):
         for field_name in ("command", "url", "cwd"):
             text = data.get(field_name) or ""
             if "${" in text and len(references(text)) != text.count("${"):
-                self.add_error(field_name, "Write variables as ${NAME} or ${NAME:-default}.")
+                self.add_error(field_name, "Write variables as ${NAME}, ${NAME:-default} or ${secret:NAME}.")
+        self._check_variables(data)
         team, name = data.get("team"), data.get("name")
         if team is not None and name:
             wanted = normalize_name(name).lower()
@@ -233,6 +235,17 @@ class ServerForm(forms.Form):
             if any(normalize_name(other.name).lower() == wanted for other in others.only("name")):
                 self.add_error("name", f"The team already has a server named {name!r}.")
         return data
+
+    def _check_variables(self, data: dict[str, Any]) -> None:
+        # Refused again when connecting, where the portal's environment is never read for them.
+        for field_name in ("command", "args", "env", "cwd", "url", "headers"):
+            value = data.get(field_name) or ""
+            texts = list(value.values()) if isinstance(value, dict) else value if isinstance(value, list) else [value]
+            names: list[str] = []
+            for text in texts:
+                names += [name for name in unavailable(text, settings.PORTAL_SERVER_VARIABLES) if name not in names]
+            for name in names:
+                self.add_error(field_name, not_available(name) + ".")
 
     def _check_command(self, data: dict[str, Any]) -> None:
         # Checked again at every start, where a ${VAR} command is checked too.

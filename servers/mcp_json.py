@@ -5,8 +5,9 @@ Shapes read (docs/import-export.md):
   {"servers": {name: entry}}          VS Code (.vscode/mcp.json; comments and trailing commas allowed)
   {"mcp": {"servers": {name: entry}}} VS Code settings.json
 An entry is stdio (command, args, env, cwd) or remote (type, url, headers). `${VAR}`
-placeholders are kept as they are, never expanded: the portal must not hand its own
-environment to a server someone registered.
+placeholders are kept as they are, never expanded here; when a server connects, only the
+variables the operator exposes are filled in (sessions/mcp/variables.py), and the import
+page says which placeholders will not be (`placeholder_report`).
 
 No Django here: `parse` and `export` are pure functions, so the web pages, the
 management commands and the tests share them.
@@ -16,12 +17,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from sessions.mcp.naming import is_valid_name, normalize_name
+from sessions.mcp.variables import REFERENCE, SETTING
 
 MAX_BYTES = 1_000_000
 MAX_ENTRIES = 200
@@ -56,6 +58,12 @@ class Entry:
     status: str = "new"  # new | duplicate | unsupported | error
     message: str = ""
     notes: list[str] = field(default_factory=list)
+    # What each placeholder will be filled with when the server connects (set by the import plan).
+    report: list[Placeholder] = field(default_factory=list)
+
+    @property
+    def unfilled(self) -> list[Placeholder]:
+        return [placeholder for placeholder in self.report if not placeholder.filled]
 
     @property
     def target(self) -> str:
@@ -87,6 +95,42 @@ class ParsedConfig:
     @property
     def to_create(self) -> list[Entry]:
         return [entry for entry in self.entries if entry.status == "new"] if self.ok else []
+
+
+@dataclass(frozen=True)
+class Placeholder:
+    """One `${…}` as written, whether connecting fills it in, and with what (or why not)."""
+
+    text: str
+    filled: bool
+    why: str
+
+
+def placeholder_report(value: Any, variables: Mapping[str, str | None]) -> list[Placeholder]:
+    """Each distinct placeholder in a value, judged as a connection would fill it.
+
+    `variables` are the variables the operator exposes to servers (None: exposed but not set);
+    every other name is not available to servers, whatever the portal's environment holds.
+    """
+    report: list[Placeholder] = []
+    for inner in placeholders_in(value):
+        text = "${" + inner + "}"
+        match = REFERENCE.fullmatch(text)
+        if match is None:
+            report.append(Placeholder(text, False, "not a placeholder the portal knows: sent as written"))
+        elif match["secret"]:
+            report.append(Placeholder(text, True, f"each person's own {match['secret']}, set on My credentials"))
+        elif variables.get(match["name"]):
+            report.append(Placeholder(text, True, f"from the portal's environment ({SETTING})"))
+        elif match["default"] is not None:
+            report.append(Placeholder(text, True, f"its default: {match['name']} is not set for servers"))
+        elif match["name"] in variables:
+            report.append(Placeholder(text, False, "exposed to servers but not set in the portal's environment"))
+        else:
+            report.append(
+                Placeholder(text, False, f"not available to servers: the operator does not list it in {SETTING}")
+            )
+    return report
 
 
 def placeholders_in(value: Any, without_default: bool = False) -> list[str]:

@@ -84,6 +84,14 @@ LOG_LEVEL_CHOICES = [
 ]
 
 
+def server_variables() -> dict[str, str | None]:
+    """The values of the variables the operator exposes to servers (None: exposed but not set).
+
+    Read afresh for every connection; no other name of the portal's environment is ever read.
+    """
+    return {name: os.environ.get(name) for name in settings.PORTAL_SERVER_VARIABLES}
+
+
 class Server(models.Model):
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="servers")
     name = models.CharField(max_length=64, help_text="Letters, digits, _ and -; tools appear as mcp__<name>__<tool>.")
@@ -171,7 +179,7 @@ class Server(models.Model):
         return f"team:{self.team_id}" if self.shared else f"user:{user_id}"
 
     def to_config(self) -> ServerConfig:
-        # ${VAR} comes from the portal's environment; per-user secrets will be a source placed first.
+        # ${VAR} reads only what the operator exposes; ${secret:NAME} is the user's (sessions/credentials.py).
         return ServerConfig(
             name=self.name,
             transport=self.transport,  # type: ignore[arg-type]
@@ -188,18 +196,21 @@ class Server(models.Model):
             roots=tuple(self.roots),
             protocol=self.protocol,  # type: ignore[arg-type]
             negotiated=Negotiated.from_dict(self.negotiated),
-            variables=(os.environ,),
+            variables=server_variables(),
             network=NetworkPolicy(allow_private=settings.PORTAL_ALLOW_PRIVATE_NETWORK),
             allowed_commands=tuple(settings.PORTAL_STDIO_COMMANDS),
         )
 
     @property
     def placeholders(self) -> list[str]:
-        """The `${VAR}`s left in its settings (imported configs keep them): what it still needs filled in."""
-        from .mcp_json import placeholders_in
+        """The placeholders in its settings that connecting will not fill in (not exposed to servers,
+        not set, or not a placeholder the portal knows): what it still needs."""
+        from .mcp_json import placeholder_report
 
-        settings = [self.command, self.args, self.env, self.cwd, self.url, self.headers]
-        return ["${" + name + "}" for name in placeholders_in(settings, without_default=True)]
+        fields = [self.command, self.args, self.env, self.cwd, self.url, self.headers]
+        return [
+            placeholder.text for placeholder in placeholder_report(fields, server_variables()) if not placeholder.filled
+        ]
 
     def tool(self, name: str) -> dict[str, Any] | None:
         return next((tool for tool in self.tools if tool.get("name") == name), None)

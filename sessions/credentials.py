@@ -1,18 +1,19 @@
 """The worker's side of credentials: the only Django code that decrypts them, at connect time.
 
-`prepare()` turns a server and a user into what the pool needs: the config with the user's
-secrets filled in (and an OAuth provider backed by the encrypted Credential row), the
-connection key, or the reason the call cannot start ("Connect your account"). Values never
-leave this process except to the MCP server itself.
+`prepare()` turns a server and a user into what the pool needs: the config carrying the user's
+decrypted secrets (filled into its `${secret:NAME}` references by the pool, in the same single
+pass as `${VAR}`), an OAuth provider backed by the encrypted Credential row, the connection key,
+the connection's scrubber, or the reason the call cannot start ("Connect your account"). Values
+never leave this process except to the MCP server itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from django.conf import settings
@@ -27,7 +28,7 @@ from servers.models import Server
 from .mcp.config import ConnectionKey, ServerConfig
 from .mcp.errors import Failure
 from .mcp.pool import CallOutcome
-from .mcp.secrets import MissingSecrets, expand_secrets, redact, redact_known, referenced_secrets, remember
+from .mcp.secrets import Scrubber, referenced_secrets, remember
 
 log = logging.getLogger(__name__)
 
@@ -117,12 +118,22 @@ class Prepared:
 
     config: ServerConfig
     key: ConnectionKey
-    secrets: dict[str, str] = field(default_factory=dict)
     failure: Failure | None = None
     revision: str = ""
 
+    @cached_property
+    def scrub(self) -> Scrubber:
+        """The connection's one scrubber: every string its server sends passes it before it is
+        stored or shown (sessions/worker.py applies it at each door)."""
+        return scrubber_of(self.config)
+
     def redact(self, text: str) -> str:
-        return redact(text, self.secrets) if self.secrets else text
+        return self.scrub.text(text)
+
+
+def scrubber_of(config: ServerConfig) -> Scrubber:
+    """What the connection built from `config` must never say back: the secrets it was given."""
+    return Scrubber.of_secrets(config.secrets)
 
 
 def prepare(server: Server, user_id: int, with_oauth: bool = True, connecting: bool = False) -> Prepared:
@@ -149,38 +160,42 @@ def prepare(server: Server, user_id: int, with_oauth: bool = True, connecting: b
         except CredentialUnreadable as exc:
             return Prepared(base, key, failure=needs_auth_failure(server, f"your {name} for {server.name}: {exc}"))
     remember(secrets)
-    try:
-        config = expand_secrets(base, secrets)
-    except MissingSecrets as exc:
-        what = ", ".join(exc.names)
+    missing = names - secrets.keys()
+    if missing:
+        what = ", ".join(sorted(missing))
         return Prepared(base, key, failure=needs_auth_failure(server, f"set {what} for {server.name}."))
+    # Filled in by the pool as the connection opens, in the one pass that also fills ${VAR}.
+    config = dataclasses.replace(base, secrets=secrets)
     if with_oauth and not server.shared:
         # OAuth tokens are a person's: a session shared by the team never carries one.
         from .oauth import attach_provider
 
         config = attach_provider(config, server, user_id, rows)
-    return Prepared(config, key, secrets=secrets, revision=current)
+    return Prepared(config, key, revision=current)
 
 
-def with_redaction(prepared: Prepared, failure: Failure | None) -> Failure | None:
-    if failure is None or not prepared.secrets:
-        return failure
-    return dataclasses.replace(
-        failure, message=prepared.redact(failure.message), stderr_tail=prepared.redact(failure.stderr_tail)
-    )
-
-
-def scrubbed(failure: Failure) -> Failure:
-    """A diagnosis made without the call's context (a connection's status) with every secret this
-    process knows redacted: a URL or a server's stderr may carry one."""
-    return dataclasses.replace(
-        failure, message=redact_known(failure.message), stderr_tail=redact_known(failure.stderr_tail)
-    )
+def team_scrubber(server_id: int) -> Scrubber:
+    """For strings stored team-wide (the tool list, the last test): every credential anyone holds
+    for this server, each member's and the team's. One member's connection knows only their own
+    values, and a server that remembers what another member sent could echo it to the next."""
+    replacements: dict[str, str] = {}
+    for row in Credential.objects.filter(server_id=server_id):
+        try:
+            if row.kind == CredentialKind.SECRET:
+                replacements[row.open()] = f"${{secret:{row.name}}}"
+                continue
+            tokens = row.open_json().get("tokens") or {}
+        except CredentialUnreadable:
+            continue  # nothing readable, nothing a server could have been given
+        for name in ("access_token", "refresh_token"):
+            if isinstance(tokens.get(name), str) and tokens[name]:
+                replacements[tokens[name]] = f"[an OAuth {name.replace('_', ' ')}]"
+    return Scrubber(replacements)
 
 
 def settle_failure(server: Server, user_id: int, prepared: Prepared, failure: Failure) -> Failure:
-    """Redact the user's secrets from a diagnosis; remember a server that asked for authorization."""
-    failure = with_redaction(prepared, failure) or failure
+    """Scrub the user's secrets from a diagnosis; remember a server that asked for authorization."""
+    failure = prepared.scrub(failure)
     if failure.kind == NEEDS_AUTH and prepared.failure is None:
         # Learned from the server itself: do not ask it again for a while, unless the user connects.
         mark_needs_auth(server.pk, owner_of(user_id), failure.message, prepared.revision)
@@ -188,11 +203,10 @@ def settle_failure(server: Server, user_id: int, prepared: Prepared, failure: Fa
 
 
 def settle(server: Server, user_id: int, prepared: Prepared, outcome: CallOutcome) -> CallOutcome:
+    # A server that echoes its API key back must not put it in the call record or the browser.
+    outcome = prepared.scrub(outcome)
     if outcome.failure is not None:
         outcome.failure = settle_failure(server, user_id, prepared, outcome.failure)
-    if outcome.result is not None and prepared.secrets:
-        # A server that echoes its API key back must not put it in the call record or the browser.
-        outcome.result = json.loads(prepared.redact(json.dumps(outcome.result)))
     return outcome
 
 

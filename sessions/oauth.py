@@ -333,7 +333,10 @@ def _finish_flow(flow_id: int, ok: bool, error: str, server_id: int, owner: str,
             generation=F("generation") + 1
         )
         if tools is not None:
-            server_actions.do_record_tools(server_id, tools)
+            from sessions.credentials import team_scrubber
+
+            # Stored team-wide: no member's credential may be in it (docs/security.md).
+            server_actions.do_record_tools(server_id, team_scrubber(server_id)(tools))
         _announce_change(server_id, owner if owner.startswith("user:") else "*")
 
 
@@ -377,7 +380,7 @@ async def run_authorization(flow_id: int, reply_channel: str) -> dict[str, Any]:
             conn = Connection(key=None, config=config)
             try:
                 await conn.open()
-                tools = await conn.list_tools()
+                tools = prepared.scrub(await conn.list_tools())
                 outcome = {"ok": True, "message": f"Connected your account to {server.name}."}
                 if not browser.redirected:
                     outcome["message"] = f"{server.name} did not ask for authorization: nothing to connect."

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import json
 import logging
 import threading
@@ -38,6 +39,7 @@ from .mcp.elicitation import defaults
 from .mcp.errors import ConnectionFailed, Failure
 from .mcp.pool import CallHooks, CallOutcome, ConnectionPool, PoolEvents, PoolSettings
 from .mcp.schema import validate_arguments
+from .mcp.secrets import Scrubber
 from .mcp.truncation import truncate_result
 from .models import Approval, ApprovalState, CallStatus, ElicitationState, SamplingState, ToolCall
 
@@ -159,7 +161,8 @@ class WorkerEvents(PoolEvents):
             log.warning("could not update the routing of %s", key, exc_info=True)
 
         if failure is not None:
-            failure = credentials.scrubbed(failure)
+            # The connection's own scrubber: a URL or a server's stderr may carry what it was given.
+            failure = credentials.scrubber_of(config)(failure)
 
         async def record() -> None:
             event = await database_sync_to_async(actions.do_set_connection_status)(
@@ -361,19 +364,16 @@ def _run_call(call: ToolCall, progress: list[dict[str, Any]] | None = None) -> C
     if prepared.failure is not None:
         outcome: CallOutcome | None = CallOutcome(CallStatus.FAILED, failure=prepared.failure)
     else:
-        outcome = _call_prepared(call, server, prepared.config, prepared.key, progress)
+        outcome = _call_prepared(call, server, prepared, progress)
     # Secrets the server echoed are redacted, and a server asking for authorization is remembered.
     return None if outcome is None else credentials.settle(server, call.user_id, prepared, outcome)
 
 
 def _call_prepared(
-    call: ToolCall,
-    server: Server,
-    config: ServerConfig,
-    key: ConnectionKey,
-    progress: list[dict[str, Any]] | None,
+    call: ToolCall, server: Server, prepared: credentials.Prepared, progress: list[dict[str, Any]] | None
 ) -> CallOutcome | None:
     pool = get_pool()
+    config, key = prepared.config, prepared.key
     call_id, user_id = str(call.id), call.user_id
     backstop = config.connect_timeout + config.request_timeout + 30
 
@@ -419,7 +419,7 @@ def _call_prepared(
         return CallOutcome(CallStatus.FAILED, failure=exc.failure)
     except concurrent.futures.TimeoutError:
         return CallOutcome(CallStatus.TIMED_OUT, failure=Failure("timeout", f"the worker gave up after {backstop:g} s"))
-    _record_tools(server, key, tools)
+    tools = _record_tools(server, key, tools, prepared.scrub)
     tool = next((t for t in tools if t.get("name") == call.tool), None)
     if tool is None:
         return CallOutcome(
@@ -439,7 +439,18 @@ def _call_prepared(
     # room for a few forms, each bounded by its own timeout.
     backstop += 3 * server.seconds_to_answer
     future = pool.submit(
-        _converse(call_id, user_id, on_progress, on_log, pool.call_tool, key, config, call, server.seconds_to_answer)
+        _converse(
+            call_id,
+            user_id,
+            on_progress,
+            on_log,
+            prepared.scrub,
+            pool.call_tool,
+            key,
+            config,
+            call,
+            server.seconds_to_answer,
+        )
     )
     try:
         return future.result(timeout=backstop)
@@ -448,21 +459,60 @@ def _call_prepared(
         return CallOutcome(CallStatus.TIMED_OUT, failure=Failure("timeout", f"the worker gave up after {backstop:g} s"))
 
 
-# The tool list this worker last saw recorded, per connection. A warm connection hands back the very
-# list object it listed (sessions/mcp/pool.py), so an unchanged list is known without reading and
-# comparing the stored one on every call.
-_recorded_tools: dict[ConnectionKey, list[dict[str, Any]]] = {}
+# The tool list this worker last saw recorded, per connection: the list as listed and as shown. A warm
+# connection hands back the very list object it listed (sessions/mcp/pool.py), so an unchanged list
+# is known without scrubbing it, or reading and comparing the stored one, on every call.
+_recorded_tools: dict[ConnectionKey, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
 
 
-def _record_tools(server: Server, key: ConnectionKey, tools: list[dict[str, Any]]) -> None:
-    """The pages and the next call's first decision read the server's stored list; keep it current."""
-    if _recorded_tools.get(key) is tools:
-        return
-    if tools != server.tools:  # a deferred field: read now, only when this connection listed anew
-        server_actions.do_record_tools(server.pk, tools)
+def _record_tools(
+    server: Server, key: ConnectionKey, tools: list[dict[str, Any]], scrub: Scrubber
+) -> list[dict[str, Any]]:
+    """The pages and the next call's first decision read the server's stored list; keep it current.
+
+    Returns the list as it may be shown: scrubbed of this connection's secrets and, when it is
+    stored anew, of every credential of the team's (`_team_tools`).
+    """
+    seen = _recorded_tools.get(key)
+    if seen is not None and seen[0] is tools:
+        return seen[1]
+    shown = _team_tools(server, scrub(tools))
     if len(_recorded_tools) > 10_000:
         _recorded_tools.clear()
-    _recorded_tools[key] = tools
+    _recorded_tools[key] = (tools, shown)
+    return shown
+
+
+def _team_tools(server: Server, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Store a tool list for the whole team to see, scrubbed of every member's and the team's
+    credentials on the server (decrypted only when the list changed); returns what was stored."""
+    if tools == server.tools:  # a deferred field: read now, only when a connection listed anew
+        return tools
+    shown = credentials.team_scrubber(server.pk)(tools)
+    if shown != server.tools:
+        server_actions.do_record_tools(server.pk, shown)
+    server.tools = shown
+    return shown
+
+
+def scrubbing(hooks: CallHooks, scrub: Scrubber) -> CallHooks:
+    """The same hooks, seeing everything the server says (progress and log messages, elicitation
+    messages and schemas, sampling requests) through the connection's scrubber first: what they
+    record and send to the browser never carries a secret the connection used."""
+    if not scrub:
+        return hooks
+
+    def through(sink: Callable[..., Awaitable[Any]] | None) -> Callable[..., Awaitable[Any]] | None:
+        if sink is None:
+            return None
+
+        async def scrubbed(*args: Any) -> Any:
+            return await sink(*scrub(args))
+
+        return scrubbed
+
+    sinks = {f.name: through(getattr(hooks, f.name)) for f in dataclasses.fields(hooks) if f.name.startswith("on_")}
+    return dataclasses.replace(hooks, **sinks)
 
 
 async def _converse(
@@ -470,6 +520,7 @@ async def _converse(
     user_id: int,
     on_progress: Callable[[float, float | None, str | None], Awaitable[None]],
     on_log: Callable[[str, str | None, Any], Awaitable[None]],
+    scrub: Scrubber,
     call_tool: Callable[..., Awaitable[CallOutcome]],
     key: ConnectionKey,
     config: ServerConfig,
@@ -477,7 +528,9 @@ async def _converse(
     seconds_to_answer: float,
 ) -> CallOutcome:
     """Run the call while listening on a channel of its own for the person behind it: Cancel, and
-    answers to the server's elicitations and sampling requests (docs/websocket-protocol.md)."""
+    answers to the server's elicitations and sampling requests (docs/websocket-protocol.md).
+
+    Every hook sees the server's words through the connection's scrubber (`scrubbing`)."""
     layer = get_channel_layer()
     channel = call.channel  # named and recorded when the call was claimed (execute_tool_call)
     waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
@@ -558,13 +611,16 @@ async def _converse(
         finally:
             waiting.pop(sid, None)
 
-    hooks = CallHooks(
-        on_progress=on_progress,
-        on_elicit=on_elicit,
-        on_elicit_url=on_elicit_url,
-        on_elicit_done=on_elicit_done,
-        on_sample=on_sample,
-        on_log=on_log,
+    hooks = scrubbing(
+        CallHooks(
+            on_progress=on_progress,
+            on_elicit=on_elicit,
+            on_elicit_url=on_elicit_url,
+            on_elicit_done=on_elicit_done,
+            on_sample=on_sample,
+            on_log=on_log,
+        ),
+        scrub,
     )
     started = time.monotonic()
     task = asyncio.ensure_future(call_tool(key, config, call.tool, call.arguments, hooks=hooks))
@@ -619,8 +675,9 @@ PoolWork = Callable[[ConnectionPool, ConnectionKey, ServerConfig], Coroutine[Any
 def _with_credentials(server: Server, user_id: int, work: PoolWork) -> Any:
     """Run `work` on the pool as `user_id` connects to `server`: with their credentials, under the backstop.
 
-    Raises ConnectionFailed with a diagnosis fit to show: secrets redacted, a server that asked for
-    authorization remembered (sessions/credentials.py), the backstop's timeout as a failure too.
+    Returns the answer through the connection's scrubber, and raises ConnectionFailed with a
+    diagnosis fit to show: secrets scrubbed, a server that asked for authorization remembered
+    (sessions/credentials.py), the backstop's timeout as a failure too.
     """
     prepared = credentials.prepare(server, user_id)
     config = prepared.config
@@ -629,7 +686,7 @@ def _with_credentials(server: Server, user_id: int, work: PoolWork) -> Any:
     try:
         if prepared.failure is not None:
             raise ConnectionFailed(prepared.failure)
-        return pool.run(work(pool, prepared.key, config), timeout=backstop)
+        return prepared.scrub(pool.run(work(pool, prepared.key, config), timeout=backstop))
     except ConnectionFailed as exc:
         raise ConnectionFailed(credentials.settle_failure(server, user_id, prepared, exc.failure)) from None
     except concurrent.futures.TimeoutError:
@@ -649,7 +706,7 @@ def execute_list_tools(server_id: int, user_id: int, refresh: bool) -> None:
     except ConnectionFailed as exc:
         publish(user_id, {"type": "tools", "server": server_id, "error": exc.failure.as_dict()})
         return
-    server_actions.do_record_tools(server_id, tools)
+    tools = _team_tools(server, tools)
     described = describe_tools(server, user_id, tools)
     publish(user_id, {"type": "tools", "server": server_id, "tools": tools, "described": described})
 
@@ -664,11 +721,13 @@ def execute_test_connection(server_id: int, user_id: int) -> None:
     except ConnectionFailed as exc:
         result: dict[str, Any] = {"ok": False, **exc.failure.as_dict()}
     else:
-        server_actions.do_record_tools(server_id, info.pop("tools"))
+        _team_tools(server, info.pop("tools"))
         negotiated = info.pop("negotiated", None)
         if negotiated and server.protocol == "auto":
             server_actions.do_record_negotiated(server_id, negotiated)
         result = {"ok": True, **info}
+    # Stored for every admin of the team to read: scrubbed of every credential on the server.
+    result = credentials.team_scrubber(server_id)(result)
     server_actions.do_record_test(server_id, result)
     publish(user_id, {"type": "connection.tested", "server": server_id, **result})
 
@@ -771,11 +830,14 @@ def execute_complete(
 def execute_subscribe_resource(server_id: int, user_id: int, uri: str, subscriber: str, ref: Any = None) -> None:
     """Subscribe `subscriber` (a browser socket's channel name) to `uri`; news goes to the user's group."""
 
-    async def on_update(updated_uri: str, event: str, message: str) -> None:
-        news = {"type": f"resource.{event}", "server": server_id, "uri": updated_uri}
-        await _publish(user_id, {**news, "message": message} if message else news)
-
     async def work(pool: ConnectionPool, key: ConnectionKey, config: ServerConfig) -> dict[str, Any]:
+        scrub = credentials.scrubber_of(config)
+
+        async def on_update(updated_uri: str, event: str, message: str) -> None:
+            updated_uri, message = scrub((updated_uri, message))
+            news = {"type": f"resource.{event}", "server": server_id, "uri": updated_uri}
+            await _publish(user_id, {**news, "message": message} if message else news)
+
         await pool.subscribe_resource(key, config, uri, on_update, subscriber)
         return {}
 

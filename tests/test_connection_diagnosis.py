@@ -16,7 +16,7 @@ from sessions.mcp.config import ServerConfig
 from sessions.mcp.errors import ConnectionFailed
 from sessions.mcp.pool import ConnectionPool, PoolSettings
 from sessions.mcp.ssrf import LOCAL_NETWORK
-from sessions.mcp.variables import MissingVariable, expand, expand_config
+from sessions.mcp.variables import MissingVariable, VariableNotAvailable, expand, expand_config
 from tests.conftest import ServerProcess
 
 
@@ -138,17 +138,31 @@ def test_header_variables_are_expanded_from_the_portal_environment(pool, token_s
         transport="http",
         url=url,
         headers={"X-Token": "${PORTAL_TEST_TOKEN}"},
-        variables=({"PORTAL_TEST_TOKEN": "s3cret"},),
+        variables={"PORTAL_TEST_TOKEN": "s3cret"},
     )
     assert pool.run(pool.probe(config), timeout=60)["tool_count"] > 0
+    headers = {"X-Token": "${PORTAL_TEST_TOKEN}"}
+    # Exposed to servers but not set in the portal's environment.
     missing = failure_of(
         pool,
         ServerConfig(
-            network=LOCAL_NETWORK, name="x", transport="http", url=url, headers={"X-Token": "${PORTAL_TEST_TOKEN}"}
+            network=LOCAL_NETWORK,
+            name="x",
+            transport="http",
+            url=url,
+            headers=headers,
+            variables={"PORTAL_TEST_TOKEN": None},
         ),
     )
     assert missing.kind == "missing_variable"
     assert "${PORTAL_TEST_TOKEN}" in missing.message and "header X-Token" in missing.message
+    # Not exposed at all: never looked up, whatever the environment holds.
+    monkeypatch.setenv("PORTAL_TEST_TOKEN", "s3cret")
+    refused = failure_of(
+        pool, ServerConfig(network=LOCAL_NETWORK, name="x", transport="http", url=url, headers=headers)
+    )
+    assert refused.kind == "variable_not_available"
+    assert "${PORTAL_TEST_TOKEN} in the header X-Token is not available to servers" in refused.message
 
 
 def test_process_exit_with_stderr(pool):
@@ -158,20 +172,33 @@ def test_process_exit_with_stderr(pool):
         transport="stdio",
         command=sys.executable,
         args=("-c", "import sys; sys.stderr.write('fatal: no ${HOME} here\\n'); sys.exit(2)"),
-        variables=({"HOME": "/home/x"},),
+        variables={"HOME": "/home/x"},
     )
     failure = failure_of(pool, config)
     assert failure.kind == "process_exited" and "fatal: no /home/x here" in failure.stderr_tail
 
 
 def test_expansion_rules():
-    sources = ({"A": "from user"}, {"A": "from env", "B": "b", "EMPTY": ""})
-    assert expand("${A}/${B}", sources) == "from user/b"
-    assert expand("${MISSING:-fallback} ${EMPTY:-was empty} [${EMPTY}]", sources) == "fallback was empty []"
-    assert expand("$HOME and ${not a ref} stay", sources) == "$HOME and ${not a ref} stay"
+    exposed = {"A": "a", "B": "b", "EMPTY": "", "UNSET": None}
+    assert expand("${A}/${B}", exposed) == "a/b"
+    assert expand("${MISSING:-fallback} ${EMPTY:-was empty} [${EMPTY}]", exposed) == "fallback was empty []"
+    assert expand("$HOME and ${not a ref} stay", exposed) == "$HOME and ${not a ref} stay"
     with pytest.raises(MissingVariable) as caught:
-        expand("x${NOPE}", sources, "URL")
-    assert str(caught.value) == "${NOPE} in the URL is not set" and caught.value.name == "NOPE"
+        expand("x${UNSET}", exposed, where="URL")
+    assert str(caught.value) == "${UNSET} in the URL is not set" and caught.value.name == "UNSET"
+    with pytest.raises(VariableNotAvailable) as refused:
+        expand("x${NOPE}", exposed, where="URL")
+    assert refused.value.kind == "variable_not_available" and "not available to servers" in str(refused.value)
+
+
+def test_expansion_is_one_pass_and_what_it_fills_in_is_literal():
+    exposed = {"A": "${B}", "B": "never-read"}
+    # A variable's value, a secret's value and a default are never expanded again.
+    assert expand("${A}", exposed) == "${B}"
+    assert expand("${secret:S}", exposed, {"S": "${B}"}) == "${B}"
+    assert expand("${secret:S}", exposed, {"S": "${secret:T}"}, "URL") == "${secret:T}"
+    # The default ends at the first "}": "${B" is kept as written, and the "}" after it too.
+    assert expand("${NOT_EXPOSED:-${B}}", exposed) == "${B}"
 
 
 def test_expansion_covers_every_field_and_never_touches_the_stored_config():
@@ -185,7 +212,7 @@ def test_expansion_covers_every_field_and_never_touches_the_stored_config():
         cwd="${DIR:-/tmp}",
         url="https://${HOST}/mcp",
         headers={"Authorization": "Bearer ${T}"},
-        variables=({"BIN": "/bin/x", "T": "t-1", "HOST": "h"},),
+        variables={"BIN": "/bin/x", "T": "t-1", "HOST": "h", "DIR": None},
     )
     expanded = expand_config(config)
     assert (expanded.command, expanded.args, expanded.env, expanded.cwd) == (

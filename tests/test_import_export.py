@@ -210,3 +210,32 @@ def test_the_catalog_shows_counts_status_and_what_each_server_needs(alice, bob, 
     assert "Needs <code>${GITHUB_TOKEN}</code>" in row
     unlisted = page[page.index(">unlisted<") :]
     assert "Not listed yet" in unlisted[: unlisted.index("</tr>")] and "disabled" in unlisted[: unlisted.index("</tr>")]
+
+
+def test_the_preview_names_each_placeholder_that_will_not_be_filled(alice, settings, monkeypatch):
+    settings.PORTAL_SERVER_VARIABLES = ["LINEAR_KEY", "UNSET_BUT_EXPOSED"]
+    monkeypatch.setenv("LINEAR_KEY", "lin-123456")
+    monkeypatch.setenv("GITHUB_TOKEN", "in-the-portal-env-but-not-exposed")
+    monkeypatch.delenv("UNSET_BUT_EXPOSED", raising=False)
+    config = {
+        "mcpServers": {
+            "github": {"command": "docker", "env": {"GITHUB_TOKEN": "${GITHUB_TOKEN}", "MODE": "${MODE:-plain}"}},
+            "linear": {"type": "http", "url": "https://mcp.linear.app/mcp", "headers": {"A": "Bearer ${LINEAR_KEY}"}},
+            "vscode": {"command": "x", "args": ["${input:token}", "${UNSET_BUT_EXPOSED}", "${secret:API_KEY}"]},
+        }
+    }
+    response = logged_in(alice).post(
+        "/servers/import/", {"team": acme(alice).pk, "config": json.dumps(config), "preview": ""}
+    )
+    unfilled = {e.name: {(p.text, p.why.split(":")[0]) for p in e.unfilled} for e in response.context["plan"].entries}
+    assert unfilled == {
+        "github": {("${GITHUB_TOKEN}", "not available to servers")},
+        "linear": set(),
+        "vscode": {
+            ("${input:token}", "not a placeholder the portal knows"),
+            ("${UNSET_BUT_EXPOSED}", "exposed to servers but not set in the portal's environment"),
+        },
+    }
+    page = response.content.decode()
+    assert "Will not be filled: <code>${GITHUB_TOKEN}</code>, not available to servers" in page
+    assert "in-the-portal-env-but-not-exposed" not in page and "lin-123456" not in page

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 
 import pytest
@@ -10,7 +11,8 @@ from django.test import Client
 
 from servers.credential_models import Credential
 from sessions.mcp.config import ServerConfig
-from sessions.mcp.secrets import MissingSecrets, expand_secrets, redact, referenced_secrets
+from sessions.mcp.secrets import MissingSecrets, redact, referenced_secrets
+from sessions.mcp.variables import expand_config
 from tests.ws import Playground, session_cookie
 
 
@@ -24,13 +26,13 @@ def test_it_expands_references_everywhere_a_config_holds_text():
         env={"A": "${secret:KEY}-suffix"},
     )
     assert referenced_secrets(config) == {"KEY", "TOKEN"}
-    filled = expand_secrets(config, {"KEY": "k-123456", "TOKEN": "t-abcdef"})
+    filled = expand_config(dataclasses.replace(config, secrets={"KEY": "k-123456", "TOKEN": "t-abcdef"}))
     assert filled.url == "https://h/mcp?key=k-123456"
     assert filled.headers == {"Authorization": "Bearer t-abcdef"}
     assert filled.args == ("--token=t-abcdef",) and filled.env == {"A": "k-123456-suffix"}
     assert config.headers == {"Authorization": "Bearer ${secret:TOKEN}"}  # the original is untouched
     with pytest.raises(MissingSecrets) as missing:
-        expand_secrets(config, {"KEY": "k"})
+        expand_config(dataclasses.replace(config, secrets={"KEY": "k"}))
     assert missing.value.names == ["TOKEN"]
 
 

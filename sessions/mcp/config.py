@@ -59,9 +59,9 @@ class Negotiated:
 class ServerConfig:
     """A server's connection settings: plain data, built by Django code from a `Server` row.
 
-    Text fields may hold `${VAR}` / `${VAR:-default}` references; they are expanded from
-    `variables` (a sequence of mappings, first match wins) only when a connection opens
-    (sessions/mcp/variables.py), so expanded secrets live in no stored row, key or log.
+    Text fields may hold `${VAR}`, `${VAR:-default}` and `${secret:NAME}` references; they are
+    expanded from `variables` and `secrets` in one pass only when a connection opens
+    (sessions/mcp/variables.py), so expanded values live in no stored row, key or log.
     """
 
     name: str
@@ -82,8 +82,11 @@ class ServerConfig:
     roots: tuple[str, ...] = ()
     protocol: Protocol = "auto"
     negotiated: Negotiated | None = None
-    # Where `${VAR}` comes from; left out of equality, repr and the fingerprint.
-    variables: tuple[Mapping[str, str], ...] = field(default=(), compare=False, repr=False)
+    # The variables the operator exposes to servers (None: exposed but not set), and the connecting
+    # user's decrypted secrets: what the references are filled with, and what the connection's
+    # scrubber takes out of everything the server says. Left out of equality, repr and the fingerprint.
+    variables: Mapping[str, str | None] = field(default_factory=dict, compare=False, repr=False)
+    secrets: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
     # An httpx2.Auth for HTTP transports (the user's OAuth provider, sessions/mcp/auth.py).
     # Not data: left out of comparisons and of the fingerprint.
     auth: Any = field(default=None, compare=False, repr=False)

@@ -18,7 +18,7 @@ from .auth import OAuthFlowError, auth_failure
 from .commands import CommandRefused
 from .config import ServerConfig
 from .ssrf import AddressRefused
-from .variables import MissingVariable
+from .variables import MissingSecrets, MissingVariable
 
 UNSUPPORTED_PROTOCOL_VERSION = -32022
 
@@ -180,7 +180,12 @@ def diagnose(
 
     missing = _first(exc, MissingVariable)
     if isinstance(missing, MissingVariable):
-        return Failure("missing_variable", f"Cannot connect to {config.name}: {missing}.", stderr_tail)
+        # missing_variable, or variable_not_available: a name the operator does not expose.
+        return Failure(missing.kind, f"Cannot connect to {config.name}: {missing}.", stderr_tail)
+    secrets = _first(exc, MissingSecrets)
+    if isinstance(secrets, MissingSecrets):
+        what = ", ".join(secrets.names)
+        return Failure("needs_auth", f"Connect your account: set {what} for {config.name}.", stderr_tail)
 
     status_error = _first(exc, httpx2.HTTPStatusError)
     if isinstance(status_error, httpx2.HTTPStatusError):

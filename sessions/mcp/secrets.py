@@ -1,9 +1,12 @@
-"""`${secret:NAME}` references in a server's config, filled in with the user's values at connect time.
+"""The secrets a connection used, kept out of everything its server says, and out of the logs.
 
 An admin writes `Authorization: Bearer ${secret:API_KEY}` (or an env value, an argument, a
-URL query) once; each user sets their own API_KEY on "My credentials". The worker expands
-the references just before connecting; the stored config never holds the values.
-Pure functions: the connections branch's `${VAR}` expansion can take these as one more source.
+URL query) once; each user sets their own API_KEY on "My credentials". The references are
+filled in with the rest of the config's (sessions/mcp/variables.py, one grammar and one pass);
+this module holds the secret names' grammar and the one scrubber: every string a server sends
+back (results, errors, progress, logs, forms, sampling requests, tool lists, instructions,
+stderr) passes it before it is stored or shown, so a server that echoes its API key shows
+`${secret:API_KEY}` instead.
 """
 
 from __future__ import annotations
@@ -11,59 +14,73 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
-from .config import ServerConfig
+from .variables import SECRET_NAME_CHARS, MissingSecrets, referenced_secrets
 
-SECRET_REF = re.compile(r"\$\{secret:([A-Za-z_][A-Za-z0-9_.-]{0,99})\}")
-SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,99}$")
+SECRET_NAME = re.compile(r"^" + SECRET_NAME_CHARS + r"$")
 # Values shorter than this are not redacted from text: "1" or "yes" would eat ordinary words.
 MIN_REDACTED_LENGTH = 6
 
+T = TypeVar("T")
 
-class MissingSecrets(Exception):
-    """The config references secrets this user has not set."""
-
-    def __init__(self, names: Iterable[str]):
-        self.names = sorted(set(names))
-        super().__init__("not set: " + ", ".join(self.names))
+__all__ = ["MIN_REDACTED_LENGTH", "SECRET_NAME", "MissingSecrets", "Scrubber", "redact", "referenced_secrets"]
 
 
-def _texts(config: ServerConfig) -> Iterable[str]:
-    yield config.url
-    yield from config.args
-    yield from config.headers.values()
-    yield from config.env.values()
+class Scrubber:
+    """Replaces known values (value → what stands in for it) in text, JSON-like data and dataclasses.
 
+    Walks strings, dict keys and values, lists, tuples and dataclass fields, so a value inside a
+    JSON string (escaped quotes and all) is found as the server sent it. With nothing to take out
+    it hands every value back untouched, at no cost.
+    """
 
-def referenced_secrets(config: ServerConfig) -> set[str]:
-    return {match.group(1) for text in _texts(config) for match in SECRET_REF.finditer(text)}
+    def __init__(self, replacements: Mapping[str, str] | None = None):
+        values = sorted((v for v in (replacements or {}) if len(v) >= MIN_REDACTED_LENGTH), key=len, reverse=True)
+        self._replacements = {value: (replacements or {})[value] for value in values}
+        # Longest first, so a value that contains another is replaced whole.
+        self._pattern = re.compile("|".join(map(re.escape, values))) if values else None
 
+    @classmethod
+    def of_secrets(cls, secrets: Mapping[str, str]) -> Scrubber:
+        """For secrets by name: each value becomes its reference, `${secret:NAME}`."""
+        return cls({value: f"${{secret:{name}}}" for name, value in secrets.items() if value})
 
-def expand_secrets(config: ServerConfig, secrets: Mapping[str, str]) -> ServerConfig:
-    """The config with every ${secret:NAME} replaced; raises MissingSecrets naming what is not set."""
-    missing = referenced_secrets(config) - secrets.keys()
-    if missing:
-        raise MissingSecrets(missing)
+    def __bool__(self) -> bool:
+        return self._pattern is not None
 
-    def fill(text: str) -> str:
-        return SECRET_REF.sub(lambda match: secrets[match.group(1)], text)
+    def __or__(self, other: Scrubber) -> Scrubber:
+        return Scrubber({**other._replacements, **self._replacements})
 
-    return dataclasses.replace(
-        config,
-        url=fill(config.url),
-        args=tuple(fill(arg) for arg in config.args),
-        headers={name: fill(value) for name, value in config.headers.items()},
-        env={name: fill(value) for name, value in config.env.items()},
-    )
+    def text(self, text: str) -> str:
+        if self._pattern is None or not text:
+            return text
+        return self._pattern.sub(lambda match: self._replacements[match.group(0)], text)
+
+    def __call__(self, value: T) -> T:
+        if self._pattern is None:
+            return value
+        return self._walk(value)
+
+    def _walk(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {self._walk(key): self._walk(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self._walk(item) for item in value]
+        if isinstance(value, tuple):
+            return tuple(self._walk(item) for item in value)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            changes = {f.name: self._walk(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+            return dataclasses.replace(value, **changes)
+        return value
 
 
 def redact(text: str, secrets: Mapping[str, str]) -> str:
     """Text with every secret value replaced by its reference, longest first."""
-    for name, value in sorted(secrets.items(), key=lambda item: -len(item[1])):
-        if len(value) >= MIN_REDACTED_LENGTH and value in text:
-            text = text.replace(value, f"${{secret:{name}}}")
-    return text
+    return Scrubber.of_secrets(secrets).text(text)
 
 
 # -- keeping values out of logs ---------------------------------------------------------------------
@@ -72,16 +89,18 @@ def redact(text: str, secrets: Mapping[str, str]) -> str:
 # in the SDK's and the HTTP library's debug lines. The record factory (not a handler filter)
 # covers every handler, including ones added later by Celery or tests.
 
-_known: dict[str, str] = {}
+_known: dict[str, str] = {}  # value → name
+_known_scrubber = Scrubber()
 _installed = False
 
 
 def remember(secrets: Mapping[str, str]) -> None:
     """Redact these values (name → value) from every log record of this process from now on."""
-    global _installed
-    for name, value in secrets.items():
-        if value and len(value) >= MIN_REDACTED_LENGTH:
-            _known[value] = name
+    global _installed, _known_scrubber
+    fresh = {value: name for name, value in secrets.items() if value and len(value) >= MIN_REDACTED_LENGTH}
+    if fresh.keys() - _known.keys():
+        _known.update(fresh)
+        _known_scrubber = Scrubber({value: f"${{secret:{name}}}" for value, name in list(_known.items())})
     if not _installed and _known:
         _installed = True
         previous = logging.getLogRecordFactory()
@@ -96,20 +115,20 @@ def remember(secrets: Mapping[str, str]) -> None:
 
 def redact_known(text: str) -> str:
     """Text with every value this process has decrypted replaced by its reference."""
-    if not _known or not text:
-        return text
-    return redact(text, {name: value for value, name in list(_known.items())})
+    return _known_scrubber.text(text)
 
 
 def _redact_record(record: logging.LogRecord) -> None:
-    known = {name: value for value, name in list(_known.items())}
+    scrub = _known_scrubber
+    if not scrub:
+        return
     try:
         message = record.getMessage()
     except Exception:  # noqa: BLE001 - a badly formatted record is the logging module's to report
         return
-    cleaned = redact(message, known)
+    cleaned = scrub.text(message)
     if cleaned != message:
         record.msg, record.args = cleaned, None
     if record.exc_info and not record.exc_text:
         text = logging.Formatter().formatException(record.exc_info)
-        record.exc_text = redact(text, known)
+        record.exc_text = scrub.text(text)

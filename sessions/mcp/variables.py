@@ -1,25 +1,49 @@
-"""`${VAR}` and `${VAR:-default}` in a server's command, args, env, url and headers.
+"""`${VAR}`, `${VAR:-default}` and `${secret:NAME}` in a server's command, args, env, cwd, url and headers.
 
-Expanded from a sequence of sources (the portal's environment today; a user's own secrets
-later, placed first so they win), only when a connection opens: the registry keeps the
-references, never the values.
+One grammar, expanded in one pass, only when a connection opens: the registry keeps the references,
+never the values. What a reference is replaced with is never read again, so a member whose secret is
+`${DJANGO_SECRET_KEY}` sends exactly that text, and a default is literal too.
+
+- `${secret:NAME}`: the connecting user's (or the team's) own value (sessions/credentials.py).
+- `${VAR}`: only a variable the operator exposes to servers (PORTAL_SERVER_VARIABLES); any other
+  name is "not available to servers" and is never looked up in the portal's environment. An
+  unexposed name with a `:-default` gets its default, as an unset variable would.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from .config import ServerConfig
 
-_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+SECRET_NAME_CHARS = r"[A-Za-z_][A-Za-z0-9_.-]{0,99}"
+REFERENCE = re.compile(
+    r"\$\{(?:secret:(?P<secret>" + SECRET_NAME_CHARS + r")|(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?)\}"
+)
+SETTING = "PORTAL_SERVER_VARIABLES"
 
-Sources = Sequence[Mapping[str, str]]
+
+@dataclass(frozen=True)
+class Reference:
+    """One `${…}` as written: a secret's name, or a variable's name and its default (None: none given)."""
+
+    name: str
+    secret: bool = False
+    default: str | None = None
+
+    def __str__(self) -> str:
+        if self.secret:
+            return f"${{secret:{self.name}}}"
+        return f"${{{self.name}}}" if self.default is None else f"${{{self.name}:-{self.default}}}"
 
 
 class MissingVariable(Exception):
-    """A `${NAME}` with no default that no source defines."""
+    """A `${NAME}` with no default that is exposed to servers but not set."""
+
+    kind = "missing_variable"
 
     def __init__(self, name: str, where: str):
         super().__init__(f"${{{name}}} in the {where} is not set")
@@ -27,23 +51,76 @@ class MissingVariable(Exception):
         self.where = where
 
 
-def lookup(name: str, sources: Sources) -> str | None:
-    for source in sources:
-        value = source.get(name)
-        if value is not None:
-            return value
-    return None
+class VariableNotAvailable(MissingVariable):
+    """A `${NAME}` the operator does not expose to servers: the portal's environment is not theirs."""
+
+    kind = "variable_not_available"
+
+    def __init__(self, name: str, where: str):
+        Exception.__init__(self, not_available(name, where))
+        self.name = name
+        self.where = where
 
 
-def expand(text: str, sources: Sources, where: str = "configuration") -> str:
-    """Replace every `${NAME}` / `${NAME:-default}` in `text`; raise MissingVariable for an unset one.
+class MissingSecrets(Exception):
+    """The config references secrets this user has not set."""
 
-    As in the shell, `:-` also applies when the variable is set but empty.
+    def __init__(self, names: Iterable[str]):
+        self.names = sorted(set(names))
+        super().__init__("not set: " + ", ".join(self.names))
+
+
+def not_available(name: str, where: str = "") -> str:
+    place = f" in the {where}" if where else ""
+    return f"${{{name}}}{place} is not available to servers (the operator exposes only the variables in {SETTING})"
+
+
+def references(text: str) -> list[Reference]:
+    """The references `text` holds, in order (for forms, the import page and the credentials page)."""
+    return [
+        Reference(match["secret"], secret=True)
+        if match["secret"]
+        else Reference(match["name"], False, match["default"])
+        for match in REFERENCE.finditer(text)
+    ]
+
+
+def unavailable(text: str, exposed: Iterable[str]) -> list[str]:
+    """The variable names in `text` that would not be filled: not exposed, and without a default."""
+    allowed = set(exposed)
+    found: list[str] = []
+    for ref in references(text):
+        if not ref.secret and ref.default is None and ref.name not in allowed and ref.name not in found:
+            found.append(ref.name)
+    return found
+
+
+def expand(
+    text: str,
+    variables: Mapping[str, str | None],
+    secrets: Mapping[str, str] | None = None,
+    where: str = "configuration",
+) -> str:
+    """Replace every reference in `text`, in one pass.
+
+    `variables` holds the exposed variables only (None: exposed but not set). As in the shell, `:-`
+    also applies when a variable is set but empty. Raises VariableNotAvailable, MissingVariable or
+    MissingSecrets.
     """
+    secrets = secrets or {}
 
     def replace(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
-        value = lookup(name, sources)
+        if match["secret"] is not None:
+            value = secrets.get(match["secret"])
+            if value is None:
+                raise MissingSecrets([match["secret"]])
+            return value
+        name, default = match["name"], match["default"]
+        if name not in variables:
+            if default is not None:
+                return default
+            raise VariableNotAvailable(name, where)
+        value = variables[name]
         if value:
             return value
         if default is not None:
@@ -52,23 +129,38 @@ def expand(text: str, sources: Sources, where: str = "configuration") -> str:
             return value  # set but empty, and no default: empty it is
         raise MissingVariable(name, where)
 
-    return _REFERENCE.sub(replace, text)
+    return REFERENCE.sub(replace, text)
 
 
-def references(text: str) -> list[str]:
-    """The variable names `text` refers to (for forms and docs)."""
-    return [match.group(1) for match in _REFERENCE.finditer(text)]
+def texts(config: ServerConfig) -> Iterable[str]:
+    """Every text field of a config that may hold references."""
+    yield config.command
+    yield from config.args
+    yield from config.env.values()
+    yield config.cwd or ""
+    yield config.url
+    yield from config.headers.values()
 
 
-def expand_config(config: ServerConfig, sources: Sources | None = None) -> ServerConfig:
-    """The config with its text fields expanded from `sources` (default: the config's own `variables`)."""
-    sources = config.variables if sources is None else sources
+def referenced_secrets(config: ServerConfig) -> set[str]:
+    return {ref.name for text in texts(config) for ref in references(text) if ref.secret}
+
+
+def expand_config(config: ServerConfig) -> ServerConfig:
+    """The config with every text field expanded from its own `variables` and `secrets`."""
+    missing = referenced_secrets(config) - config.secrets.keys()
+    if missing:
+        raise MissingSecrets(missing)
+
+    def fill(text: str, where: str) -> str:
+        return expand(text, config.variables, config.secrets, where)
+
     return dataclasses.replace(
         config,
-        command=expand(config.command, sources, "command"),
-        args=tuple(expand(arg, sources, f"argument {arg!r}") for arg in config.args),
-        env={name: expand(value, sources, f"environment variable {name}") for name, value in config.env.items()},
-        cwd=expand(config.cwd, sources, "working directory") if config.cwd else config.cwd,
-        url=expand(config.url, sources, "URL"),
-        headers={name: expand(value, sources, f"header {name}") for name, value in config.headers.items()},
+        command=fill(config.command, "command"),
+        args=tuple(fill(arg, f"argument {arg!r}") for arg in config.args),
+        env={name: fill(value, f"environment variable {name}") for name, value in config.env.items()},
+        cwd=fill(config.cwd, "working directory") if config.cwd else config.cwd,
+        url=fill(config.url, "URL"),
+        headers={name: fill(value, f"header {name}") for name, value in config.headers.items()},
     )
