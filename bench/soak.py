@@ -1,6 +1,7 @@
 """`make soak`: mixed load on the distributed portal while faults are injected; nothing may be lost.
 
-    python -m bench.soak [--minutes 10] [--users 8] [--fault-every 20] [--out bench/results/soak-latest.json]
+    python -m bench.soak [--minutes 10] [--users 8] [--fault-every 20] [--every-fault-once]
+                         [--out bench/results/soak-latest.json]
 
 The portal (daphne and two Celery workers) runs on a PostgreSQL and a Redis of the soak's own
 (bench/services.py), so restarting them disturbs nothing else on the machine. Each user holds a
@@ -58,6 +59,7 @@ class Soak:
         self.ended: Counter[str] = Counter()  # call.ended seen by a client, by status
         self.client_errors: Counter[str] = Counter()  # what a client saw go wrong, by kind
         self.faults: Counter[str] = Counter()
+        self.turns = 0  # faults tried, in turn
         self.last_fault = "none yet"
         self.after_fault: Counter[str] = Counter()  # client-side errors, by the fault injected last
         self.drop_next = asyncio.Event()
@@ -104,12 +106,12 @@ class Soak:
         rng = random.Random(index)
         weights = [weight for weight, *_ in MIX]
         session = None
-        while time.monotonic() < self.deadline:
+        while self.loading():
             try:
                 if session is None:
                     session = await login(self.portal.base_url, name, password)
                 async with Playground(self.portal.base_url, session) as page:
-                    while time.monotonic() < self.deadline:
+                    while self.loading():
                         _, server, tool, arguments = rng.choices(MIX, weights)[0]
                         await self.one_call(page, fixtures["servers"][server], tool, arguments, index)
             except Exception as exc:  # noqa: BLE001 - a broken socket or login: count it, come back
@@ -143,22 +145,32 @@ class Soak:
                     self.client_errors[f"refused: {event.get('kind', 'error')}"] += 1
                     return
 
+    def round_pending(self) -> bool:
+        """With --every-fault-once, until each fault has had its turn: a loaded machine's slow
+        restarts then lengthen a short run instead of leaving a fault out of it."""
+        return self.args.every_fault_once and self.turns < len(FAULTS)
+
+    def loading(self) -> bool:
+        return time.monotonic() < self.deadline or self.round_pending()
+
     # -- faults ----------------------------------------------------------------------------
 
     async def inject_faults(self) -> None:
-        turn = 0
         while True:
             await asyncio.sleep(self.args.fault_every)
-            if time.monotonic() > self.deadline - 5:
+            if time.monotonic() > self.deadline - 5 and not self.round_pending():
                 return
-            fault = FAULTS[turn % len(FAULTS)]
-            turn += 1
+            fault = FAULTS[self.turns % len(FAULTS)]
             self.last_fault = fault
             try:
                 await asyncio.to_thread(self.inject, fault)
             except Exception as exc:  # noqa: BLE001 - report it and go on
                 self.client_errors[f"fault {fault} failed: {type(exc).__name__}"] += 1
             print(f"[{time.strftime('%H:%M:%S')}] {fault}", flush=True)
+            self.turns += 1
+            if not self.round_pending():
+                # The load goes on a while after the last fault, as after every other one.
+                self.deadline = max(self.deadline, time.monotonic() + 5)
 
     def inject(self, fault: str) -> None:
         if fault == "kill_worker":
@@ -281,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=10.0)
     parser.add_argument("--users", type=int, default=8)
     parser.add_argument("--fault-every", type=float, default=20.0, help="seconds between fault injections")
+    parser.add_argument(
+        "--every-fault-once", action="store_true", help="go on past --minutes until each fault was injected once"
+    )
     parser.add_argument("--logs", help="copy the portal's logs into this folder at the end")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "soak-latest.json"))
     args = parser.parse_args(argv)

@@ -216,7 +216,9 @@ DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "portal@localhost")
 
 # Cookies and headers. Secure cookies need HTTPS, so they are on where the operator says so.
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = envbool("PORTAL_SECURE_COOKIES", not EMBEDDED)
-SESSION_COOKIE_SAMESITE = "Lax"
+SESSION_COOKIE_SAMESITE = CSRF_COOKIE_SAMESITE = "Lax"
+# Forms carry the token in a hidden field; no script reads the cookie, so no script may.
+CSRF_COOKIE_HTTPONLY = True
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"

@@ -120,9 +120,12 @@ def csv_lines(events: Iterable[AuditEvent]) -> Iterator[str]:
     yield buffer.getvalue()
 
 
+# What a spreadsheet takes as the start of a formula: = + - @, and a tab or carriage return before one.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
 def _cell(value: Any) -> Any:
-    # A spreadsheet would run a cell starting with = + - or @ as a formula; tool names and
-    # errors come from servers, so such cells are quoted as text.
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@"):
+    # Tool names and errors come from servers, so a cell a spreadsheet would run is quoted as text.
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
         return "'" + value
     return value

@@ -134,6 +134,11 @@ class WorkerEvents(PoolEvents):
             self._drainer = asyncio.get_running_loop().create_task(self._drain(self._jobs))
         self._jobs.put_nowait(job)
 
+    async def settled(self) -> None:
+        """Until every row and event queued so far is written and sent (a test's sync point)."""
+        if self._jobs is not None:
+            await self._jobs.join()
+
     async def aclose(self) -> None:
         if self._jobs is not None and self._drainer is not None:
             with contextlib.suppress(TimeoutError):

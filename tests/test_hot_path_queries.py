@@ -36,6 +36,20 @@ def statements(monkeypatch):
     return seen
 
 
+async def worker_settled() -> None:
+    """The sync point: the worker has written everything it queued beside the calls so far.
+
+    Embedded, the worker's statements are counted, and it records connection statuses and the
+    negotiated era from an ordered queue after the call ends: wait until that queue is empty. In the
+    distributed mode only this process's statements are counted, and the consumer's are all made
+    before its call is sent; call.ended is the sync point there.
+    """
+    if settings.EMBEDDED:
+        from sessions.worker import get_pool
+
+        await asyncio.wait_for(asyncio.wrap_future(get_pool().submit(get_pool().events.settled())), 30)
+
+
 @pytest.fixture(params=["stdio", "http"])
 def server(request, alice, demo_server):
     if request.param == "stdio":
@@ -52,11 +66,12 @@ def test_a_warm_call_costs_a_fixed_small_number_of_statements(alice, server, sta
 
     async def scenario():
         async with Playground(cookie) as ws:
-            await ws.call(demo_server.pk, "echo", {"message": "warm up"})
-            await asyncio.sleep(0.2)  # let the first call's bookkeeping finish
+            warm = await ws.call(demo_server.pk, "echo", {"message": "warm up"})
+            assert warm["status"] == "succeeded", warm
+            await worker_settled()  # the first call's bookkeeping (the status row, the era) is written
             before = len(statements)
             ended = await ws.call(demo_server.pk, "echo", {"message": "counted"})
-            await asyncio.sleep(0.2)
+            await worker_settled()  # and anything the counted call left queued is counted too
             return ended, statements[before:]
 
     ended, sql = asyncio.run(scenario())

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import shutil
 
 import pytest
 
@@ -18,13 +17,12 @@ from sessions.mcp.config import ConnectionKey, ServerConfig
 from sessions.mcp.errors import ConnectionFailed
 from sessions.mcp.pool import ConnectionPool
 from sessions.mcp.ssrf import LOCAL_NETWORK
-from tests.conftest import ROOT
+from tests.conftest import NODE, ROOT
 
 ENTRY = ROOT / "tests/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
-NODE = shutil.which("node")
 
 pytestmark = pytest.mark.skipif(
-    NODE is None or not ENTRY.exists(), reason="server-everything is not installed: run `make test-servers`"
+    not ENTRY.exists(), reason="server-everything is not installed: run `make test-servers`"
 )
 
 
@@ -34,7 +32,7 @@ def everything():
         network=LOCAL_NETWORK,
         name="everything",
         transport="stdio",
-        command=NODE or "node",
+        command=NODE,
         args=(str(ENTRY), "stdio"),
         request_timeout=15,
     )

@@ -8,21 +8,17 @@ Installed by `make test-servers` (tests/npm); skipped, saying so, when it is not
 from __future__ import annotations
 
 import asyncio
-import shutil
 
 import pytest
 
 from servers.models import Effect, PermissionRule, Server
-from tests.conftest import ROOT
+from tests.conftest import NODE, ROOT
 from tests.ws import Playground, session_cookie
 
 ENTRY = ROOT / "tests/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
-NODE = shutil.which("node")
 
 pytestmark = [
-    pytest.mark.skipif(
-        NODE is None or not ENTRY.exists(), reason="server-everything is not installed: run `make test-servers`"
-    ),
+    pytest.mark.skipif(not ENTRY.exists(), reason="server-everything is not installed: run `make test-servers`"),
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("worker"),
 ]
@@ -35,7 +31,7 @@ def everything(alice):
         team=team,
         name="everything",
         transport="stdio",
-        command=NODE or "node",
+        command=NODE,
         args=[str(ENTRY), "stdio"],
         roots=["file:///srv/projects/portal"],
         request_timeout=30,

@@ -137,9 +137,14 @@ def test_it_disables_enables_and_deletes(alice, demo_server):
     client.post(f"/servers/{demo_server.pk}/toggle/")
     demo_server.refresh_from_db()
     assert not demo_server.enabled
-    client.post(f"/servers/{demo_server.pk}/toggle/", {"next": "https://evil.example/"})
+    # Back to the page the admin came from, but never to another site.
+    went = client.post(f"/servers/{demo_server.pk}/toggle/", {"next": "https://evil.example/"})
     demo_server.refresh_from_db()
     assert demo_server.enabled
+    assert went.status_code == 302 and went["Location"] == "/servers/"
+    back = client.post(f"/servers/{demo_server.pk}/toggle/", {"next": f"/servers/{demo_server.pk}/"})
+    assert back["Location"] == f"/servers/{demo_server.pk}/"
+    client.post(f"/servers/{demo_server.pk}/toggle/")
     assert client.get(f"/servers/{demo_server.pk}/delete/").status_code == 200
     assert client.post(f"/servers/{demo_server.pk}/delete/")["Location"] == "/servers/"
     assert not Server.objects.exists()

@@ -9,7 +9,7 @@ import pytest
 
 from sessions.mcp.config import ConnectionKey, ServerConfig
 from sessions.mcp.pool import ConnectionPool, PoolSettings
-from sessions.mcp.processes import become_subreaper, group_members, stop_process_group
+from sessions.mcp.processes import StopSchedule, become_subreaper, group_members, stop_process_group
 from sessions.mcp.ssrf import LOCAL_NETWORK
 from tests.conftest import DEMO_ARGS, ROOT
 
@@ -63,20 +63,26 @@ def test_the_escalation_goes_only_as_far_as_it_must():
     ready = "import signal, sys, time; "
     quits_on_eof = ready + "print('ready', flush=True); sys.stdin.read()"
     ignores_eof = ready + "print('ready', flush=True); time.sleep(60)"
+    ignores_sigint = ready + "signal.signal(signal.SIGINT, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
     ignores_everything_but_kill = (
         ready + "[signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)]; "
         "print('ready', flush=True); time.sleep(60)"
     )
 
+    # Which step ends each process is what this checks, not the ~600 ms schedule: each step waits
+    # up to 2 s (a process that obeys goes at once), so a loaded machine's slow exit is not taken
+    # for a refusal.
+    patient = StopSchedule(after_stdin_close=2.0, after_sigint=2.0, after_sigterm=2.0)
+
     async def stop(code: str) -> tuple[str, int]:
         process = await anyio.open_process([sys.executable, "-c", code], start_new_session=True)
         assert process.stdout is not None
         await process.stdout.receive()  # its signal handlers are in place
-        return await stop_process_group(process), process.pid
+        return await stop_process_group(process, patient), process.pid
 
     steps = []
-    for command in (quits_on_eof, ignores_eof, ignores_everything_but_kill):
+    for command in (quits_on_eof, ignores_eof, ignores_sigint, ignores_everything_but_kill):
         step, pid = anyio.run(stop, command)
         steps.append(step)
         assert leftovers(pid) == []
-    assert steps == ["stdin", "SIGINT", "SIGKILL"]
+    assert steps == ["stdin", "SIGINT", "SIGTERM", "SIGKILL"]

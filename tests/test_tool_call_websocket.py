@@ -67,19 +67,25 @@ def test_it_returns_images_and_structured_content(alice, demo_server):
 def test_it_reuses_one_connection_per_server_and_user(alice, bob, demo_server):
     alice_cookie, bob_cookie = session_cookie(alice), session_cookie(bob)
 
+    async def server_pid(ws: Playground) -> int:
+        # spawn reports the stdio server's own process id (it is not read-only: approved once).
+        ended = await ws.call(demo_server.pk, "spawn", {}, approve="allow_once")
+        assert ended["status"] == "succeeded", ended
+        return ended["result"]["structuredContent"]["server_pid"]
+
     async def scenario():
         async with Playground(alice_cookie) as ws:
-            first = await ws.call(demo_server.pk, "echo", {"message": "1"})
-            second = await ws.call(demo_server.pk, "echo", {"message": "2"})
+            first, second = await server_pid(ws), await server_pid(ws)
+        async with Playground(alice_cookie) as ws:  # a reloaded page
+            third = await server_pid(ws)
         async with Playground(bob_cookie) as ws:
-            third = await ws.call(demo_server.pk, "echo", {"message": "3"})
-        return first, second, third
+            bobs = await server_pid(ws)
+        return first, second, third, bobs
 
-    first, second, third = run(scenario())
-    assert all(e["status"] == "succeeded" for e in (first, second, third))
-    # A warm call skips the handshake: far quicker than the one that started the stdio process.
-    # (Connection identity itself is asserted in tests/test_mcp_pool.py.)
-    assert second["duration_ms"] < 1000
+    first, second, third, bobs = run(scenario())
+    # One server process serves all of alice's calls, from one page or the next; bob has his own.
+    assert first == second == third
+    assert bobs != first
 
 
 def test_it_reports_a_tool_error_as_a_tool_error(alice, demo_server):

@@ -1,16 +1,12 @@
-"""static/uri-template.js against the examples of RFC 6570 itself, run by Node (skipped without it)."""
+"""static/uri-template.js against the examples of RFC 6570 itself, run by Node."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 
-import pytest
+from tests.conftest import NODE, ROOT
 
-from tests.conftest import ROOT
-
-NODE = shutil.which("node")
 VALUES = {"var": "value", "hello": "Hello World!", "path": "/foo/bar", "x": "1024", "y": "768", "empty": ""}
 # (template, expansion) pairs from RFC 6570 §1.2 and §3.2.
 EXAMPLES = [
@@ -44,7 +40,6 @@ console.log(JSON.stringify({
 """
 
 
-@pytest.mark.skipif(NODE is None, reason="Node is not installed")
 def test_it_expands_the_rfc_examples():
     module = (ROOT / "static/uri-template.js").as_uri()
     values = {**VALUES, "name": "Ada Lovelace/x"}

@@ -202,6 +202,43 @@ def test_tool_output_is_inert(page: Page, alice, demo_server):
     assert dialogs == []
 
 
+def test_tool_descriptions_and_server_names_are_inert(page: Page, alice, demo_server):
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    # A tool's description is the MCP server's to write (the demo takes write_note's from its
+    # environment). A server's name is the admin's: the form allows letters, digits, _ and - only,
+    # so this one goes straight into the database, past that first defence.
+    name = '<img src=x onerror="window.__xss=3">'
+    demo_server.env = {"DEMO_NOTE_DESCRIPTION": XSS}
+    demo_server.name = name
+    demo_server.save()
+    # What the payloads would plant, if they became markup (pages pass data in application/json scripts).
+    planted = page.locator('img[src="x"], script:not([src]):not([type="application/json"])')
+
+    log_in(page, "alice", "pw-alice")
+    open_playground(page, demo_server)
+    tools = page.get_by_role("list", name="Tools")
+    expect(tools).to_contain_text(XSS)  # the summary in the list, as text
+    pick_tool(page, "Write a note")
+    expect(page.locator("#tool-description")).to_have_text(XSS)
+    page.get_by_label("Text").fill("x")
+    page.get_by_role("button", name="Call tool").click()
+    dialog = page.get_by_role("dialog", name="Allow this tool call?")
+    expect(dialog.locator("#approval-description")).to_have_text(XSS)  # the approval dialog shows it too
+    dialog.get_by_role("button", name="Allow once").click()
+    expect(call_status(page)).to_contain_text("Succeeded")
+    expect(planted).to_have_count(0)
+    assert page.evaluate("window.__xss") is None
+
+    # The server's name, on every page that shows it.
+    for path in ("/servers/", f"/servers/{demo_server.pk}/", "/calls/", "/credentials/"):
+        page.goto(path)
+        expect(page.locator("main")).to_contain_text(name)
+        expect(planted).to_have_count(0)
+        assert page.evaluate("window.__xss") is None, path
+    assert dialogs == []
+
+
 def test_it_calls_a_tool_from_the_keyboard(page: Page, alice, demo_server):
     log_in(page, "alice", "pw-alice")
     open_playground(page, demo_server)

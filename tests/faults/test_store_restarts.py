@@ -13,7 +13,7 @@ import pytest
 from django.conf import settings
 
 from bench import services
-from bench.client import CallFailed, call_on_fresh_socket, login, lost_records
+from bench.client import call_on_fresh_socket, login, lost_records
 from bench.stack import DemoHttpServer, Portal, start_portal
 
 pytestmark = [
@@ -56,25 +56,30 @@ def stack() -> Iterator[Stack]:
         stack.close()
 
 
-def call_until_served(stack: Stack, transport: str, message: str, timeout: float = 90) -> tuple[dict, int]:
-    """Call echo until a call succeeds (the portal may need a moment to reconnect); the event and attempts."""
-    deadline = time.monotonic() + timeout
-    attempts = 0
-    while True:
-        attempts += 1
+# docs/security.md's promise for a store restarted between calls: served again within this many
+# calls, each on a fresh socket (a page reloaded). The first may still meet a connection that has
+# not noticed the restart (the socket closes 1011, or the call fails); the next is served.
+ATTEMPTS_AFTER_A_RESTART = 3
+
+
+def call_until_served(stack: Stack, transport: str, message: str, attempts: int = ATTEMPTS_AFTER_A_RESTART) -> dict:
+    """Call echo on a fresh socket until a call succeeds, at most `attempts` times; its call.ended event."""
+    failures = []
+    for _ in range(attempts):
         try:
             event = asyncio.run(
                 call_on_fresh_socket(
                     stack.portal.base_url, stack.session, stack.servers[transport], "echo", {"message": message}, 30
                 )
             )
+        except Exception as exc:  # noqa: BLE001 - a socket closed or refused, a call refused: counted below
+            failures.append(repr(exc))
+        else:
             if event["status"] == "succeeded":
-                return event, attempts
-        except (OSError, TimeoutError, CallFailed, Exception) as exc:  # noqa: BLE001 - any failure: try again
-            event = {"error": repr(exc)}
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not served again within {timeout} s: last {event}")
-        time.sleep(0.5)
+                return event
+            failures.append(f"{event['status']}: {event.get('error_kind')} {event.get('error')}")
+        time.sleep(1.0)
+    raise AssertionError(f"not served within {attempts} calls: {failures}")
 
 
 def assert_nothing_lost(stack: Stack) -> dict:
@@ -96,10 +101,10 @@ def assert_processes_alive(stack: Stack) -> None:
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 def test_calls_work_again_after_a_redis_restart(stack, transport):
-    first, _ = call_until_served(stack, transport, "before")
+    first = call_until_served(stack, transport, "before")
     assert first["result"]["content"][0]["text"] == "before"
     stack.redis.restart()
-    after, _ = call_until_served(stack, transport, "after")
+    after = call_until_served(stack, transport, "after")
     assert after["result"]["content"][0]["text"] == "after"
     assert_nothing_lost(stack)
     assert_processes_alive(stack)
@@ -109,7 +114,7 @@ def test_calls_work_again_after_a_redis_restart(stack, transport):
 def test_calls_work_again_after_a_postgresql_restart(stack, transport):
     call_until_served(stack, transport, "before")
     stack.postgres.restart()
-    after, _ = call_until_served(stack, transport, "after")
+    after = call_until_served(stack, transport, "after")
     assert after["result"]["content"][0]["text"] == "after"
     assert_nothing_lost(stack)
     assert_processes_alive(stack)

@@ -77,6 +77,32 @@ def test_the_window_slides(settings, alice):
     limits.take_tool_call(alice.pk, now=start + 61)  # a minute after the first: it has slid out
 
 
+def test_calls_go_through_when_the_cache_is_down_and_it_is_logged(
+    alice, demo_server, worker, settings, monkeypatch, caplog
+):
+    """A limit of one call a minute, and the cache that counts them unreachable: the limit cannot be
+    enforced, and an outage must not stop every call, so both calls run, and each says why in the log."""
+    from django.core.cache.backends.redis import RedisCache
+
+    from tests.conftest import free_port
+
+    settings.PORTAL_TOOL_CALLS_PER_MINUTE = 1
+    # A real cache client whose Redis is not there (nothing listens on the port): the edge, down.
+    monkeypatch.setattr(limits, "cache", RedisCache(f"redis://127.0.0.1:{free_port()}/0", {}))
+    cookie = session_cookie(alice)
+
+    async def scenario():
+        async with Playground(cookie) as ws:
+            return [await ws.call(demo_server.pk, "echo", {"message": str(i)}) for i in range(2)]
+
+    with caplog.at_level("WARNING", logger="sessions.limits"):
+        ended = asyncio.run(scenario())
+    assert [e["status"] for e in ended] == ["succeeded", "succeeded"]
+    warnings = [r for r in caplog.records if r.name == "sessions.limits"]
+    assert [r.getMessage() for r in warnings] == ["could not count a tool call for the rate limit"] * 2
+    assert all(r.exc_info and "Connection" in type(r.exc_info[1]).__name__ for r in warnings)
+
+
 def login(client: Client, username: str, password: str):
     return client.post("/accounts/login/", {"login": username, "password": password})
 
