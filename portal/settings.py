@@ -59,6 +59,9 @@ DEBUG = envbool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", "")
 SITE_URL = os.environ.get("SITE_URL", "http://127.0.0.1:8000")
+# The playground's WebSocket accepts the page's own origin (scheme, host and port) and SITE_URL's;
+# these are any others (e.g. "https://portal.example.com:8443"), as CSRF_TRUSTED_ORIGINS are for forms.
+PORTAL_WEBSOCKET_ORIGINS = envlist("PORTAL_WEBSOCKET_ORIGINS", "")
 
 INSTALLED_APPS = [
     "daphne",
