@@ -56,13 +56,17 @@ class DaphneSocket:
         self.socket: Any = None
 
     async def __aenter__(self) -> DaphneSocket:
+        await self.reopen()
+        return self
+
+    async def reopen(self) -> None:
+        """A new connection, as the page makes after its socket closed."""
         from websockets.asyncio.client import connect
 
         headers = {"Cookie": self.cookie.decode()} if self.cookie else {}
         self.socket = await connect(
             self.portal["ws"], origin=self.origin, additional_headers=headers, max_size=None, open_timeout=20
         )
-        return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.socket.close()
