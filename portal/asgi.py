@@ -1,4 +1,4 @@
-"""ASGI entry point: HTTP through Django, WebSockets through Channels (authenticated, same origin)."""
+"""ASGI entry point: HTTP through Django, WebSockets through Channels (authenticated, same origin: portal/origin.py)."""
 
 import os
 
@@ -11,9 +11,9 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from portal.origin import SameOriginValidator  # noqa: E402
 from sessions.routing import websocket_urlpatterns  # noqa: E402
 
 http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.PORTAL_SERVE_STATIC else django_asgi_app
@@ -21,6 +21,6 @@ http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.PORTAL_SERVE_STAT
 application = ProtocolTypeRouter(
     {
         "http": http_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

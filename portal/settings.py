@@ -60,6 +60,9 @@ DEBUG = envbool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", "")
 SITE_URL = os.environ.get("SITE_URL", "http://127.0.0.1:8000")
+# The playground's WebSocket accepts the page's own origin (scheme, host and port) and SITE_URL's;
+# these are any others (e.g. "https://portal.example.com:8443"), as CSRF_TRUSTED_ORIGINS are for forms.
+PORTAL_WEBSOCKET_ORIGINS = envlist("PORTAL_WEBSOCKET_ORIGINS", "")
 
 INSTALLED_APPS = [
     "daphne",
@@ -209,7 +212,13 @@ ACCOUNT_RATE_LIMITS = {
 LOGIN_URL = "account_login"
 LOGIN_REDIRECT_URL = "/"
 ACCOUNT_LOGOUT_REDIRECT_URL = "/accounts/login/"
-PORTAL_SIGNUP_OPEN = envbool("PORTAL_SIGNUP_OPEN", True)
+# Open signup is for a laptop: closed by default in the distributed mode, where anyone who can reach the
+# page could make an account. Either way a new account joins no team (people join by invitation) unless
+# the operator names one here, and then as a member, never an admin.
+PORTAL_SIGNUP_OPEN = envbool("PORTAL_SIGNUP_OPEN", EMBEDDED)
+PORTAL_SIGNUP_TEAM = os.environ.get("PORTAL_SIGNUP_TEAM", "")
+# The team `manage.py bootstrap` makes (its first account is the admin, the demo server is registered
+# in it), and the one a superuser with no team becomes admin of when they log in.
 PORTAL_DEFAULT_TEAM = os.environ.get("PORTAL_DEFAULT_TEAM", "Default team")
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "portal@localhost")

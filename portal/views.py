@@ -6,7 +6,9 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import redirect
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
 
 from portal.celery import app as celery_app
 from sessions.worker import last_heartbeat
@@ -14,6 +16,18 @@ from sessions.worker import last_heartbeat
 
 def home(request: HttpRequest) -> HttpResponse:
     return redirect("playground" if request.user.is_authenticated else "account_login")
+
+
+def admin_login(request: HttpRequest) -> HttpResponse:
+    """The Django admin's login page, replaced: everyone logs in through allauth's page, with its rate
+    limits and lockout (the admin's own form has neither). A POST here logs no one in."""
+    if request.user.is_authenticated:
+        if request.user.is_active and request.user.is_staff:
+            return redirect("admin:index")
+        # Sending them to the login page would bring them straight back here (they are logged in).
+        return render(request, "admin_refused.html", status=403)
+    next_url = request.GET.get("next") or reverse("admin:index")
+    return redirect(f"{reverse('account_login')}?{urlencode({'next': next_url})}")
 
 
 async def _channel_layer_round_trip() -> None:

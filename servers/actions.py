@@ -140,15 +140,26 @@ def do_record_negotiated(server_id: int, negotiated: dict[str, Any]) -> None:
 
 
 @transaction.atomic
-def do_ensure_membership(user: Any) -> Membership:
-    """Every account belongs to a team: the first one (and any superuser) as admin of the default team."""
-    existing = Membership.objects.filter(user=user).order_by("created_at").first()
-    if existing is not None:
-        return existing
-    team, _ = Team.objects.get_or_create(name=settings.PORTAL_DEFAULT_TEAM)
-    has_admin = Membership.objects.select_for_update().filter(team=team, role=Role.ADMIN).exists()
-    role = Role.ADMIN if user.is_superuser or not has_admin else Role.MEMBER
-    return Membership.objects.create(team=team, user=user, role=role)
+def do_join_team(user: Any, team_name: str, role: str) -> Membership:
+    """Put `user` in the team of that name (made if missing) with `role`; an existing membership stays."""
+    team, _ = Team.objects.get_or_create(name=team_name)
+    return Membership.objects.get_or_create(team=team, user=user, defaults={"role": role})[0]
+
+
+def do_join_signup_team(user: Any) -> Membership | None:
+    """A new account joins the team the operator named for signups (PORTAL_SIGNUP_TEAM), as a member, or
+    none: people join teams by invitation. Signing up never makes anyone an admin of anything."""
+    if not settings.PORTAL_SIGNUP_TEAM:
+        return None
+    return do_join_team(user, settings.PORTAL_SIGNUP_TEAM, Role.MEMBER)
+
+
+def do_give_superuser_a_team(user: Any) -> Membership | None:
+    """A superuser (the operator, made by createsuperuser) with no team yet becomes admin of the default
+    team (PORTAL_DEFAULT_TEAM, the one `manage.py bootstrap` makes), so the portal has someone to run it."""
+    if not user.is_superuser or Membership.objects.filter(user=user).exists():
+        return None
+    return do_join_team(user, settings.PORTAL_DEFAULT_TEAM, Role.ADMIN)
 
 
 # -- permission rules and team defaults ----------------------------------------------------

@@ -219,6 +219,41 @@ class Server(models.Model):
         return Membership.objects.filter(team_id=self.team_id, user=user, role=Role.ADMIN).exists()
 
 
+class ServerUnusable(Exception):
+    """Why a server cannot be used now: a stable `kind` and a sentence for the person (and the
+    server, when the person may know of it: a disabled one of their team)."""
+
+    def __init__(self, kind: str, message: str, server: Server | None = None):
+        super().__init__(message)
+        self.kind, self.message, self.server = kind, message, server
+
+
+def usable_server(server_id: Any, user: Any = None, servers: ServerQuerySet | None = None) -> Server:
+    """The server, if it exists, is enabled and (given `user`) belongs to one of the user's teams.
+
+    The one answer to "may this server be used?" for every way of using one: a call, its tool list, a
+    connection test, resources, prompts, completions, subscriptions. The consumer asks with the user
+    at the door; the worker asks again without one (the door checked the team), since the server may
+    have been disabled or deleted in between. A disabled server's process is never started.
+    Raises ServerUnusable: `unknown_server` (also for a server of another team, so ids are not for
+    probing) or `server_disabled`. `servers` narrows or joins the lookup (select_related).
+    """
+    rows = Server.objects.all() if servers is None else servers
+    if user is not None:
+        rows = rows.visible_to(user)
+    # A bool is an int to Python, never a server id; order_by(): one row by primary key needs no ordering.
+    return check_usable(rows.filter(pk=server_id).order_by().first() if type(server_id) is int else None)
+
+
+def check_usable(server: Server | None) -> Server:
+    """usable_server() for a row already loaded (a call's server, in the worker): None is unknown."""
+    if server is None:
+        raise ServerUnusable("unknown_server", "Unknown server.")
+    if not server.enabled:
+        raise ServerUnusable("server_disabled", f"{server.name} is disabled.", server)
+    return server
+
+
 class Effect(models.TextChoices):
     ALLOW = "allow", "Allow"
     ASK = "ask", "Ask every time"

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -21,6 +24,20 @@ from .models import ElicitationHook, Membership, PermissionRule, Role, Server, T
 from .permissions import describe_tools
 
 DEFAULT_FIELDS = ("read_only", "destructive", "other")
+
+
+def team_required(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """For pages about a team's servers: a logged-in person in no team (a new signup) is told how to
+    join one, rather than shown empty pages."""
+
+    @login_required
+    @wraps(view)
+    def checked(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not Membership.objects.filter(user=request.user).exists():
+            return render(request, "no_team.html")
+        return view(request, *args, **kwargs)
+
+    return checked
 
 
 def _visible_server(request: HttpRequest, server_id: int) -> Server:
@@ -47,7 +64,7 @@ def _attach_connection_status(user, servers) -> None:
         server.connection = found.get((server.pk, owners[server.pk]))
 
 
-@login_required
+@team_required
 def server_list(request: HttpRequest) -> HttpResponse:
     servers = list(Server.objects.visible_to(request.user).select_related("team").distinct())
     _attach_connection_status(request.user, servers)

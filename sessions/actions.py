@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from servers.models import Effect, PermissionRule, Server
+from servers.models import Effect, PermissionRule, Server, ServerUnusable, usable_server
 from servers.permissions import decide_for
 from servers.policy import ASK, DENY, Decision, definition_diff
 from sessions.mcp.elicitation import validate_answer
@@ -72,16 +72,14 @@ def do_start_tool_call(user: Any, server_id: Any, tool: str, arguments: dict[str
     on the live definition. A call that cannot start (a server the user cannot see, or
     a disabled one) is still recorded, as rejected, so every attempt leaves a trace.
     """
-    server = None
-    if isinstance(server_id, int) and not isinstance(server_id, bool):
-        # order_by(): one row by primary key needs no ordering, and the default one joins the team.
-        found = Server.objects.visible_to(user).select_related("team__policy").filter(pk=server_id).order_by()
-        server = found.first()
-    call = ToolCall(user=user, server=server, server_name=server.name if server else "", tool=tool, arguments=arguments)
-    if server is None:
-        return _reject(call, "Unknown server.", "unknown_server")
-    if not server.enabled:
-        return _reject(call, f"{server.name} is disabled.", "server_disabled")
+    try:
+        server = usable_server(server_id, user, Server.objects.select_related("team__policy"))
+    except ServerUnusable as exc:
+        # A disabled server's call names it; one the user cannot see names nothing of it.
+        seen = exc.server
+        call = ToolCall(user=user, server=seen, server_name=seen.name if seen else "", tool=tool, arguments=arguments)
+        return _reject(call, exc.message, exc.kind)
+    call = ToolCall(user=user, server=server, server_name=server.name, tool=tool, arguments=arguments)
     definition = server.tool(tool)
     decision = decide_for(server, user.pk, tool, definition)
     call.decision = decision.as_dict()

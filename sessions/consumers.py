@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from servers.models import Server
+from servers.models import Server, ServerUnusable, usable_server
 
 from . import actions, affinity, limits, tasks
 from .mcp.elicitation import validate_answer
 from .models import CallStatus, Elicitation, ElicitationState, SamplingRequest, SamplingState, ToolCall
 from .worker import user_group
 
+logger = logging.getLogger(__name__)
+
 MAX_MESSAGE_BYTES = 1_000_000
+# Objects and arrays inside one another, the message itself counting as one: enough for any tool's
+# arguments, and far from the ~1,000 frames where Python's JSON encoder (the database's, the broker's)
+# raises RecursionError.
+MAX_DEPTH = 64
+MAX_REF = 200
 MAX_URI = 2048
 MAX_SUBSCRIPTIONS = 50
 # Daphne refuses to send a WebSocket message over 1 MiB and closes the socket (1011); an event that
@@ -43,6 +51,10 @@ class MessageError(Exception):
     """A browser message the portal will not act on; its text goes back to the browser."""
 
     errors: list[dict[str, Any]] = []
+
+    def __init__(self, message: str, kind: str = ""):
+        super().__init__(message)
+        self.kind = kind
 
 
 class InvalidAnswer(MessageError):
@@ -91,14 +103,25 @@ def _refuse_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
 
-def _has_nul(value: Any) -> bool:
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(key) or _has_nul(item) for key, item in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(item) for item in value)
-    return False
+TOO_DEEP = f"The message is nested too deeply: at most {MAX_DEPTH} levels of objects and arrays."
+
+
+def _check_shape(content: Any) -> None:
+    """Depth within MAX_DEPTH and no NUL in any string: walked with a list, not by recursion,
+    so no nesting can exhaust the stack."""
+    stack = [(content, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                raise MessageError("The message contains a NUL character, which is not stored.")
+        elif isinstance(value, (dict, list)):
+            if depth > MAX_DEPTH:
+                raise MessageError(TOO_DEEP)
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                stack.append((key, depth))
+                stack.append((item, depth + 1))
 
 
 def _load_message(text: str) -> Any:
@@ -106,19 +129,40 @@ def _load_message(text: str) -> Any:
     and escapes for NUL or lone surrogates, which SQLite's and PostgreSQL's JSON columns refuse."""
     try:
         content = json.loads(text, parse_constant=_refuse_constant)
-        stored = json.dumps(content, ensure_ascii=False)
-        stored.encode("utf-8")  # a lone surrogate cannot be encoded
-    except (ValueError, UnicodeEncodeError, RecursionError):
+    except RecursionError:
+        raise MessageError(TOO_DEEP) from None
+    except ValueError:
         raise MessageError("The message is not valid JSON.") from None
-    if _has_nul(content):
-        raise MessageError("The message contains a NUL character, which is not stored.")
+    _check_shape(content)
+    try:
+        json.dumps(content, ensure_ascii=False).encode("utf-8")  # a lone surrogate cannot be encoded
+    except UnicodeEncodeError:
+        raise MessageError("The message is not valid JSON.") from None
     return content
+
+
+def _ref(content: dict[str, Any]) -> str | int | None:
+    """The browser's `ref`, echoed on answers: a short string or an integer, or absent."""
+    ref = content.get("ref")
+    if ref is None or (isinstance(ref, str) and len(ref) <= MAX_REF) or type(ref) is int:
+        return ref
+    raise MessageError(f"'ref' must be a string of at most {MAX_REF} characters or an integer.")
+
+
+def _flag(content: dict[str, Any], name: str) -> bool:
+    value = content.get(name, False)
+    if not isinstance(value, bool):
+        raise MessageError(f"'{name}' must be true or false.")
+    return value
 
 
 class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
     async def connect(self) -> None:
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
+            # Accepted only to be closed: a refused handshake reaches the page as 1006, indistinguishable
+            # from a network fault (the page would retry forever); 4401 tells it to log in again.
+            await self.accept()
             await self.close(code=4401)
             return
         self.user = user
@@ -145,21 +189,41 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         try:
             if text_data is None:
                 raise MessageError("Send JSON text frames.")
-            if len(text_data) > MAX_MESSAGE_BYTES:
+            # Characters first (cheap), then the UTF-8 bytes the limit is stated in.
+            if (
+                len(text_data) > MAX_MESSAGE_BYTES
+                or len(text_data.encode("utf-8", "surrogatepass")) > MAX_MESSAGE_BYTES
+            ):
                 raise MessageError(f"Messages are limited to {MAX_MESSAGE_BYTES} bytes.")
             content = _load_message(text_data)
             if not isinstance(content, dict):
                 raise MessageError("A message must be a JSON object with a 'type'.")
-            ref = content.get("ref") if isinstance(content.get("ref"), (str, int)) else None
-            handler = self.handlers.get(content.get("type"))  # type: ignore[arg-type]
+            ref = _ref(content)
+            kind = content.get("type")
+            handler = self.handlers.get(kind) if isinstance(kind, str) else None
             if handler is None:
-                raise MessageError(f"Unknown message type {content.get('type')!r}.")
+                shown = json.dumps(kind)[:100] if isinstance(kind, str) or kind is None else "of the wrong kind"
+                raise MessageError(f"Unknown message type {shown}: 'type' must name one of the messages.")
             await handler(self, content, ref)
         except MessageError as exc:
             reply: dict[str, Any] = {"type": "error", "ref": ref, "message": str(exc)}
+            if exc.kind:
+                reply["kind"] = exc.kind
             if exc.errors:
                 reply["errors"] = exc.errors
             await self.send_json(reply)
+        except Exception:
+            # A fault of the portal's, not of the message: logged once, here; the page hears that
+            # this message failed (no traceback) and its socket stays open for the next one.
+            logger.exception("The playground socket could not handle a message of user %s", self.user.pk)
+            await self.send_json(
+                {
+                    "type": "error",
+                    "ref": ref,
+                    "kind": "internal",
+                    "message": "The portal failed to handle this message; it was logged.",
+                }
+            )
 
     async def on_call(self, content: dict[str, Any], ref: Any) -> None:
         server_id = _server_id(content)
@@ -196,15 +260,15 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "call.ended", "ref": ref, **call.as_event()})
 
     async def on_list_tools(self, content: dict[str, Any], ref: Any) -> None:
-        server_id = _server_id(content)
-        if not await self._can_see(server_id):
-            raise MessageError("Unknown server.")
-        await database_sync_to_async(self._send_list_tools)(server_id, bool(content.get("refresh")))
+        refresh = _flag(content, "refresh")
+        server = await self._usable_server(content)
+        await database_sync_to_async(self._send_list_tools)(server, refresh)
 
     async def on_test_connection(self, content: dict[str, Any], ref: Any) -> None:
         server_id = _server_id(content)
         if not await self._can_administer(server_id):
             raise MessageError("Only the team's admins can test its servers.")
+        await self._usable_server(content)
         await database_sync_to_async(tasks.test_connection.delay)(server_id, self.user.pk)
 
     async def on_cancel_call(self, content: dict[str, Any], ref: Any) -> None:
@@ -244,16 +308,16 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
     # -- resources, prompts, completions: checked here, answered by a worker -----------------
 
     async def on_list_resources(self, content: dict[str, Any], ref: Any) -> None:
-        server_id = await self._usable_server(content)
+        server_id = (await self._usable_server(content)).pk
         await database_sync_to_async(tasks.list_resources.delay)(server_id, self.user.pk, ref)
 
     async def on_read_resource(self, content: dict[str, Any], ref: Any) -> None:
-        server_id = await self._usable_server(content)
+        server_id = (await self._usable_server(content)).pk
         uri = _text(content, "uri", MAX_URI)
         await database_sync_to_async(tasks.read_resource.delay)(server_id, self.user.pk, uri, ref)
 
     async def on_subscribe_resource(self, content: dict[str, Any], ref: Any) -> None:
-        server_id = await self._usable_server(content)
+        server_id = (await self._usable_server(content)).pk
         uri = _text(content, "uri", MAX_URI)
         if (server_id, uri) not in self.subscriptions and len(self.subscriptions) >= MAX_SUBSCRIPTIONS:
             raise MessageError(f"A page may hold at most {MAX_SUBSCRIPTIONS} subscriptions.")
@@ -275,17 +339,17 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "resource.unsubscribed", "ref": ref, "server": server_id, "uri": uri})
 
     async def on_list_prompts(self, content: dict[str, Any], ref: Any) -> None:
-        server_id = await self._usable_server(content)
+        server_id = (await self._usable_server(content)).pk
         await database_sync_to_async(tasks.list_prompts.delay)(server_id, self.user.pk, ref)
 
     async def on_get_prompt(self, content: dict[str, Any], ref: Any) -> None:
-        server_id = await self._usable_server(content)
+        server_id = (await self._usable_server(content)).pk
         name = _text(content, "name", 200)
         arguments = _strings(content, "arguments")
         await database_sync_to_async(tasks.get_prompt.delay)(server_id, self.user.pk, name, arguments, ref)
 
     async def on_complete(self, content: dict[str, Any], ref: Any) -> None:
-        server_id = await self._usable_server(content)
+        server_id = (await self._usable_server(content)).pk
         if ("prompt" in content) == ("template" in content):
             raise MessageError("Say what to complete: a 'prompt' name or a resource 'template'.")
         target = {"prompt": _text(content, "prompt", 200)} if "prompt" in content else {}
@@ -377,26 +441,17 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
     def _pending_approvals(self) -> list[dict[str, Any]]:
         return [approval.as_event() for approval in actions.do_list_pending_approvals(self.user)]
 
-    def _send_list_tools(self, server_id: int, refresh: bool) -> None:
+    def _send_list_tools(self, server: Server, refresh: bool) -> None:
         # To the worker holding this user's session, so listing does not open a second one elsewhere.
-        server = Server.objects.get(pk=server_id)
-        affinity.send(tasks.list_tools, affinity.route(server, self.user.pk), (server_id, self.user.pk, refresh))
+        affinity.send(tasks.list_tools, affinity.route(server, self.user.pk), (server.pk, self.user.pk, refresh))
 
-    @database_sync_to_async
-    def _can_see(self, server_id: int) -> bool:
-        return Server.objects.visible_to(self.user).filter(pk=server_id).exists()
-
-    async def _usable_server(self, content: dict[str, Any]) -> int:
-        """The message's server, if the user can see it and it is enabled."""
+    async def _usable_server(self, content: dict[str, Any]) -> Server:
+        """The message's server, by the one check of every way of using a server (servers/models.py)."""
         server_id = _server_id(content)
-        found = await database_sync_to_async(
-            lambda: Server.objects.visible_to(self.user).filter(pk=server_id).values_list("name", "enabled").first()
-        )()
-        if found is None:
-            raise MessageError("Unknown server.")
-        if not found[1]:
-            raise MessageError(f"{found[0]} is disabled.")
-        return server_id
+        try:
+            return await database_sync_to_async(usable_server)(server_id, self.user)
+        except ServerUnusable as exc:
+            raise MessageError(exc.message, exc.kind) from None
 
     @database_sync_to_async
     def _can_administer(self, server_id: int) -> bool:

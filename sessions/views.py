@@ -14,6 +14,7 @@ from django.utils.http import urlencode
 
 from servers.models import Role, Server, Team
 from servers.permissions import describe_tools
+from servers.views import team_required
 
 from . import audit
 from .mcp.naming import annotate_tools
@@ -24,7 +25,7 @@ EXPORT_LIMIT = 5000
 AUDIT_PAGE_ROWS = 200
 
 
-@login_required
+@team_required
 def playground(request: HttpRequest) -> HttpResponse:
     servers = Server.objects.visible_to(request.user).filter(enabled=True).select_related("team").distinct()
     catalog = [
@@ -58,12 +59,12 @@ def _servers_page(request: HttpRequest, template: str) -> HttpResponse:
     return render(request, template, {"catalog": catalog, "selected": selected, "has_servers": bool(catalog)})
 
 
-@login_required
+@team_required
 def playground_resources(request: HttpRequest) -> HttpResponse:
     return _servers_page(request, "sessions/resources.html")
 
 
-@login_required
+@team_required
 def playground_prompts(request: HttpRequest) -> HttpResponse:
     return _servers_page(request, "sessions/prompts.html")
 

@@ -29,7 +29,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, close_old
 from django.utils import timezone
 
 from servers import actions as server_actions
-from servers.models import Membership, Server
+from servers.models import Membership, Server, ServerUnusable, check_usable, usable_server
 from servers.permissions import describe_tools
 
 from . import actions, affinity, credentials
@@ -361,10 +361,10 @@ def _run_call(call: ToolCall, progress: list[dict[str, Any]] | None = None) -> C
         # Only do_start_tool_call records a decision: anything else that queued a call is refused.
         reason = "The call has no permission decision: it did not come through the portal's check."
         return CallOutcome(CallStatus.REJECTED, failure=Failure("unchecked", reason))
-    server = call.server
-    if server is None or not server.enabled:
-        reason = "The server was deleted." if server is None else f"{server.name} is disabled."
-        return CallOutcome(CallStatus.REJECTED, failure=Failure("server_unavailable", reason))
+    try:
+        server = check_usable(call.server)
+    except ServerUnusable as exc:
+        return CallOutcome(CallStatus.REJECTED, failure=Failure(exc.kind, exc.message))
     prepared = credentials.prepare(server, call.user_id)
     if prepared.failure is not None:
         outcome: CallOutcome | None = CallOutcome(CallStatus.FAILED, failure=prepared.failure)
@@ -699,12 +699,10 @@ def _with_credentials(server: Server, user_id: int, work: PoolWork) -> Any:
 
 
 def execute_list_tools(server_id: int, user_id: int, refresh: bool) -> None:
-    server = Server.objects.select_related("team__policy").filter(pk=server_id).first()
-    if server is None:
-        publish(
-            user_id,
-            {"type": "tools", "server": server_id, "error": {"kind": "unknown_server", "message": "Unknown server."}},
-        )
+    try:
+        server = usable_server(server_id, servers=Server.objects.select_related("team__policy"))
+    except ServerUnusable as exc:
+        publish(user_id, {"type": "tools", "server": server_id, "error": Failure(exc.kind, exc.message).as_dict()})
         return
     try:
         tools = _with_credentials(server, user_id, lambda pool, key, config: pool.list_tools(key, config, refresh))
@@ -717,8 +715,12 @@ def execute_list_tools(server_id: int, user_id: int, refresh: bool) -> None:
 
 
 def execute_test_connection(server_id: int, user_id: int) -> None:
-    server = Server.objects.filter(pk=server_id).first()
-    if server is None:
+    try:
+        server = usable_server(server_id)
+    except ServerUnusable as exc:
+        # Not recorded as the server's last test: nothing was tried.
+        failure = Failure(exc.kind, exc.message).as_dict()
+        publish(user_id, {"type": "connection.tested", "server": server_id, "ok": False, **failure})
         return
     try:
         # The admin tests with their own credentials, as any user would connect.
@@ -754,10 +756,10 @@ def _on_server(
 ) -> None:
     """Run `work` against the server and publish `event` with its answer merged in (after `record`ing it)."""
     event = {**event, "server": server_id, "ref": ref}
-    server = Server.objects.filter(pk=server_id).first()
-    if server is None or not server.enabled:
-        message = "Unknown server." if server is None else f"{server.name} is disabled."
-        publish(user_id, {**event, "error": Failure("server_unavailable", message).as_dict()})
+    try:
+        server = usable_server(server_id)
+    except ServerUnusable as exc:
+        publish(user_id, {**event, "error": Failure(exc.kind, exc.message).as_dict()})
         return
     try:
         data = _with_credentials(server, user_id, work)

@@ -10,6 +10,7 @@ from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 ORIGIN = b"http://127.0.0.1:8000"
+HOST = b"127.0.0.1:8000"  # the page's own origin is ORIGIN: the Origin check compares scheme, host and port
 
 
 def session_cookie(user) -> bytes:
@@ -21,10 +22,10 @@ def session_cookie(user) -> bytes:
 class Playground:
     """Use as `async with Playground(cookie) as ws:`; build the cookie with session_cookie() outside async code."""
 
-    def __init__(self, cookie: bytes | None, origin: bytes = ORIGIN):
+    def __init__(self, cookie: bytes | None, origin: bytes = ORIGIN, host: bytes = HOST):
         from portal.asgi import application
 
-        headers = [(b"origin", origin)]
+        headers = [(b"origin", origin), (b"host", host)]
         if cookie:
             headers.append((b"cookie", cookie))
         self.communicator = WebsocketCommunicator(application, "/ws/playground/", headers=headers)

@@ -9,8 +9,8 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 
-from servers.actions import do_create_server, do_ensure_membership
-from servers.models import Server, Team
+from servers.actions import do_create_server, do_join_team
+from servers.models import Role, Server, Team
 
 
 class Command(BaseCommand):
@@ -24,7 +24,7 @@ class Command(BaseCommand):
         if not User.objects.exists():
             password = secrets.token_urlsafe(12)
             user = User.objects.create_user(username=username, email=f"{username}@localhost", password=password)
-            do_ensure_membership(user)
+            do_join_team(user, settings.PORTAL_DEFAULT_TEAM, Role.ADMIN)
             self.stdout.write(
                 "\n".join(
                     [
