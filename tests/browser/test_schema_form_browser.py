@@ -287,6 +287,12 @@ def test_a_pydantic_tool_with_nested_models(page: Page, alice, schema_server):
     pet.select_option(label="Dog")
     field(page, "Gift Note").fill("Happy birthday")
     page.locator("#tool-view").screenshot(path=str(SCREENSHOTS / "schema-form.png"))
+    # Through the JSON editor and back: the form comes back with the same variant and values.
+    page.get_by_label("Edit as JSON").check()
+    assert json.loads(page.get_by_label("Arguments (JSON)").input_value())["pet"] == {"kind": "dog", "good": True}
+    page.get_by_label("Edit as JSON").uncheck()
+    expect(pet).to_have_value("1")
+    expect(field(page.get_by_role("group", name="Items 1"), "Sku")).to_have_value("AB-1")
     assert call(page) == {
         "customer": {"name": "Ada", "email": "ada@example.org", "address": {"street": "1 Main St"}},
         "items": [{"sku": "AB-1", "quantity": 2}],
