@@ -112,7 +112,8 @@ function readArguments() {
 $("json-mode").addEventListener("change", (event) => {
   if (event.target.checked) {
     try {
-      $("json-arguments").value = JSON.stringify(state.form.read(), null, 2);
+      // What the form holds, even where a field is still wrong: the JSON editor is where to fix it.
+      $("json-arguments").value = JSON.stringify(state.form.value(), null, 2);
     } catch {
       $("json-arguments").value = "{}";
     }
@@ -140,7 +141,7 @@ $("call-form").addEventListener("submit", (event) => {
     args = readArguments();
   } catch (error) {
     if (error instanceof FieldError) {
-      showErrors($("form-fields"), [{ path: error.path, message: error.message }], $("form-error"));
+      showErrors($("json-mode").checked ? h("div") : $("form-fields"), error.errors, $("form-error"));
       return;
     }
     throw error;
@@ -321,7 +322,7 @@ function answerElicitation(action) {
       content = elicitation.form.read();
     } catch (error) {
       if (error instanceof FieldError) {
-        showErrors($("elicitation-fields"), [{ path: error.path, message: error.message }], $("elicitation-error"));
+        showErrors($("elicitation-fields"), error.errors, $("elicitation-error"));
         return;
       }
       throw error;
