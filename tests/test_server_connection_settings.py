@@ -14,6 +14,12 @@ from sessions.models import ConnectionStatus
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def example_token_exposed(settings):
+    # The forms below refer to ${EXAMPLE_TOKEN}: a variable the operator exposes to servers.
+    settings.PORTAL_SERVER_VARIABLES = ["EXAMPLE_TOKEN"]
+
+
 def logged_in(user) -> Client:
     client = Client()
     client.force_login(user)
@@ -56,7 +62,7 @@ def test_it_registers_a_websocket_server_with_variables_and_settings(alice):
         ("websocket", "https://mcp.example.com/", "Enter a valid ws:// or wss:// URL."),
         ("sse", "ws://mcp.example.com/sse", "Enter a valid http:// or https:// URL."),
         ("sse", "", "Enter the server's URL."),
-        ("http", "https://${HOST/mcp", "Write variables as ${NAME} or ${NAME:-default}."),
+        ("http", "https://${HOST/mcp", "Write variables as ${NAME}, ${NAME:-default} or ${secret:NAME}."),
     ],
 )
 def test_urls_must_fit_the_transport(alice, transport, url, message):
