@@ -12,6 +12,10 @@ What the server sees (docs/security.md, stdio servers):
 - no --new-session: it would put the server in a process group of its own, out of reach of the
   stop escalation (processes.py), which signals the group bwrap leads. The terminal it guards
   against (TIOCSTI) is not there: the worker starts bwrap in a session of its own, with no tty.
+- the escalation's SIGINT and SIGTERM reach the server, not bwrap: bwrap is started ignoring
+  them (`env --ignore-signal`) and the server with them reset (`env --default-signal`). Were bwrap
+  to die of the SIGINT, --die-with-parent would SIGKILL the server at once, before it could stop
+  on its own; as it is, bwrap ends when the server does, and SIGKILL still ends everything.
 The environment is the one the worker gives the bwrap process, not argv: values on a command line
 are readable by every user of the host (ps), environment values are not.
 """
@@ -52,6 +56,8 @@ ETC_PATHS = (
     "/etc/services",
 )
 HOME = "/home/mcp"
+ENV = "/usr/bin/env"
+STOP_SIGNALS = "INT,TERM"
 HOSTNAME = "mcp-sandbox"
 PROBE_SECONDS = 10.0
 PROBE_RETRY_SECONDS = 30.0
@@ -123,6 +129,8 @@ class SandboxPolicy:
     ) -> list[str]:
         """bwrap's command line that starts `command` (an absolute executable and its arguments) inside."""
         argv = [
+            ENV,
+            f"--ignore-signal={STOP_SIGNALS}",
             self.bwrap,
             "--die-with-parent",
             "--unshare-pid",
@@ -144,7 +152,7 @@ class SandboxPolicy:
             under_a_bind = any(_within(hidden, bind.path) for bind in self.binds)
             if under_a_bind and exists(hidden):
                 argv += ["--tmpfs", hidden] if is_dir(hidden) else ["--ro-bind", "/dev/null", hidden]
-        argv += ["--chdir", cwd or self.home, "--", *command]
+        argv += ["--chdir", cwd or self.home, "--", ENV, f"--default-signal={STOP_SIGNALS}", *command]
         return argv
 
     def environment(self, base: dict[str, str], env: dict[str, str]) -> dict[str, str]:
