@@ -88,7 +88,9 @@ async def stdio_transport(config: ServerConfig, errlog: IO[str], trace: HttpTrac
         for what, shown in (("command", executable), ("working directory", config.cwd)):
             if shown and not sandbox.shows(shown):
                 raise NotInSandbox(what, shown)
-        argv = sandbox.argv([executable, *config.args], config.cwd)
+        # No cwd: the worker's own, as an unsandboxed child would have it, if the sandbox shows it.
+        inside = config.cwd or (os.getcwd() if sandbox.shows(os.getcwd()) else None)
+        argv = sandbox.argv([executable, *config.args], inside)
         env, cwd = sandbox.environment(base, dict(config.env)), None
     process = await anyio.open_process(argv, env=env, stderr=errlog, cwd=cwd, start_new_session=True)
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
