@@ -22,12 +22,16 @@ are readable by every user of the host (ps), environment values are not.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
+from .processes import group_alive, reap_orphans
 
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # What programs need of /etc (names, certificates, the resolver, the loader's cache), and no
@@ -175,6 +179,31 @@ def find_bwrap(policy: SandboxPolicy) -> str:
     return found
 
 
+def _try(argv: list[str]) -> str:
+    """Why `argv` failed, or "" if it ran and exited 0; its process group is gone and reaped after."""
+    try:
+        process = subprocess.Popen(
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={}, text=True, start_new_session=True
+        )
+    except OSError as exc:
+        return str(exc)
+    try:
+        _, stderr = process.communicate(timeout=PROBE_SECONDS)
+        reason = "" if process.returncode == 0 else (stderr.strip() or f"exit status {process.returncode}")
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        reason = f"it did not finish within {PROBE_SECONDS:.0f} s"
+    # bwrap's PID-namespace init can outlive bwrap by a moment; the worker is a subreaper, so
+    # it becomes ours to reap (processes.py), or it would stay a zombie.
+    deadline = time.monotonic() + 1.0
+    while group_alive(process.pid, True) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    reap_orphans(process.pid, process.pid)
+    return reason
+
+
 def probe(policy: SandboxPolicy) -> None:
     """Start /bin/true in the policy's sandbox once; raise SandboxUnavailable saying why it cannot.
 
@@ -189,13 +218,7 @@ def probe(policy: SandboxPolicy) -> None:
             raise SandboxUnavailable(remembered[0])
         return
     trial = SandboxPolicy(bwrap=bwrap, network=policy.network, system=policy.system, etc=policy.etc)
-    try:
-        done = subprocess.run(
-            trial.argv(["/bin/true"]), capture_output=True, text=True, timeout=PROBE_SECONDS, env={}, check=False
-        )
-        reason = "" if done.returncode == 0 else (done.stderr.strip() or f"exit status {done.returncode}")
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        reason = str(exc)
+    reason = _try(trial.argv(["/bin/true"]))
     if reason:
         reason = (
             f"bubblewrap ({bwrap}) cannot make a sandbox here: {reason[-300:]}. It needs user namespaces "
