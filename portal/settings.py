@@ -18,7 +18,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from portal.env import envbool, envfloat, envint, envlist, envsecret
-from portal.stdio_defaults import default_bind_paths, default_commands
+from portal.stdio_defaults import check_stdio_settings, default_bind_paths, default_commands
 from servers.crypto import KeyConfigError, load_keyring
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -262,6 +262,10 @@ PORTAL_STDIO_BWRAP = os.environ.get("PORTAL_STDIO_BWRAP", "bwrap")
 # Host paths shown to stdio servers, comma-separated; `path:rw` for writable. A server's working
 # directory and command must be inside what the sandbox shows.
 PORTAL_STDIO_BIND_PATHS = envlist("PORTAL_STDIO_BIND_PATHS", ",".join(default_bind_paths(BASE_DIR, EMBEDDED)))
+try:
+    check_stdio_settings(PORTAL_STDIO_COMMANDS, PORTAL_STDIO_BIND_PATHS)
+except ValueError as exc:
+    raise ImproperlyConfigured(f"PORTAL_STDIO_COMMANDS or PORTAL_STDIO_BIND_PATHS: {exc}") from None
 # Tool calls a person may start in any one minute (sessions/limits.py); 0 turns the limit off.
 PORTAL_TOOL_CALLS_PER_MINUTE = envint("PORTAL_TOOL_CALLS_PER_MINUTE", 60)
 # A call still pending this long after it was queued is queued again (its task was lost, e.g. with

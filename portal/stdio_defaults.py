@@ -11,6 +11,9 @@ import shlex
 import sys
 from pathlib import Path
 
+from sessions.mcp.commands import parse_templates
+from sessions.mcp.sandbox import Bind
+
 SYSTEM_PREFIXES = ("/usr/", "/bin/", "/sbin/", "/lib")
 
 
@@ -45,3 +48,11 @@ def default_bind_paths(base_dir: Path, embedded: bool) -> list[str]:
             if os.path.exists(name) and name not in paths and not (name + "/").startswith(SYSTEM_PREFIXES):
                 paths.append(name)
     return paths
+
+
+def check_stdio_settings(commands: list[str], bind_paths: list[str]) -> None:
+    """Raise ValueError for a template or bind path that cannot be read, when the settings load
+    rather than at each start."""
+    parse_templates(commands)
+    for path in bind_paths:
+        Bind.parse(path)

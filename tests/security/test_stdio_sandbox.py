@@ -330,6 +330,8 @@ def test_a_team_admin_can_register_an_allowed_template(alice):
     assert logged_in(alice).post("/servers/add/", form).status_code == 302
     server = Server.objects.get()
     assert server.command_set_by_operator is False and server.network is False  # the box was left unticked
+    page = logged_in(alice).get(f"/servers/{server.pk}/").content.decode()
+    assert "Off: no network in the sandbox" in page
 
 
 @pytest.mark.django_db
