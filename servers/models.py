@@ -198,7 +198,7 @@ class Server(models.Model):
             variables=(os.environ,),
             network=NetworkPolicy(allow_private=settings.PORTAL_ALLOW_PRIVATE_NETWORK),
             allowed_commands=allowed_commands(self.command_set_by_operator),
-            sandbox=sandbox_policy(self.network),
+            sandbox=sandbox_policy(self.network) if self.transport == TransportKind.STDIO else None,
         )
 
     @property
