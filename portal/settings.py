@@ -18,6 +18,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from portal.env import envbool, envfloat, envint, envlist, envsecret
+from portal.stdio_defaults import check_stdio_settings, default_bind_paths, default_commands
 from portal.var_dir import private_directory, private_sqlite
 from servers.crypto import KeyConfigError, load_keyring
 
@@ -257,8 +258,28 @@ MCP_HEALTH_CHECK_SECONDS = envfloat("MCP_HEALTH_CHECK_SECONDS", 60.0)
 # operator says so: on by default in the embedded mode (local servers while developing), off in the
 # distributed mode. Cloud metadata, link-local and other special addresses are never reachable.
 PORTAL_ALLOW_PRIVATE_NETWORK = envbool("PORTAL_ALLOW_PRIVATE_NETWORK", EMBEDDED)
-# If set (comma-separated names or paths), the only executables a stdio server may start.
-PORTAL_STDIO_COMMANDS = envlist("PORTAL_STDIO_COMMANDS", "")
+# stdio servers (docs/security.md, "stdio servers"). The commands team admins may register:
+# executables or templates (sessions/mcp/commands.py), comma-separated. Operators (superusers)
+# register any command. The embedded mode allows the demo server, the test servers and the
+# usual package runners; the distributed mode allows team admins none until the operator says.
+PORTAL_STDIO_COMMANDS = envlist("PORTAL_STDIO_COMMANDS", ",".join(default_commands(BASE_DIR, EMBEDDED)))
+# Lets team admins register any command, as operators do. Every server still runs in the sandbox,
+# but whatever the sandbox shows (the bound paths, the network) is then theirs to use.
+PORTAL_STDIO_ANY_COMMAND_FOR_ADMINS = envbool("PORTAL_STDIO_ANY_COMMAND_FOR_ADMINS", False)
+# "on" (the default): every stdio server runs in a bubblewrap sandbox, and none starts where
+# bubblewrap cannot make one. "off": they run as the portal's own user, seeing all it sees
+# (the servers page says so to admins).
+PORTAL_STDIO_SANDBOX = os.environ.get("PORTAL_STDIO_SANDBOX", "on").strip().lower() or "on"
+if PORTAL_STDIO_SANDBOX not in ("on", "off"):
+    raise ImproperlyConfigured("PORTAL_STDIO_SANDBOX is 'on' or 'off'.")
+PORTAL_STDIO_BWRAP = os.environ.get("PORTAL_STDIO_BWRAP", "bwrap")
+# Host paths shown to stdio servers, comma-separated; `path:rw` for writable. A server's working
+# directory and command must be inside what the sandbox shows.
+PORTAL_STDIO_BIND_PATHS = envlist("PORTAL_STDIO_BIND_PATHS", ",".join(default_bind_paths(BASE_DIR, EMBEDDED)))
+try:
+    check_stdio_settings(PORTAL_STDIO_COMMANDS, PORTAL_STDIO_BIND_PATHS)
+except ValueError as exc:
+    raise ImproperlyConfigured(f"PORTAL_STDIO_COMMANDS or PORTAL_STDIO_BIND_PATHS: {exc}") from None
 # Tool calls a person may start in any one minute (sessions/limits.py); 0 turns the limit off.
 PORTAL_TOOL_CALLS_PER_MINUTE = envint("PORTAL_TOOL_CALLS_PER_MINUTE", 60)
 # A call still pending this long after it was queued is queued again (its task was lost, e.g. with

@@ -23,7 +23,7 @@ from .models import (
     TransportKind,
     server_variables,
 )
-from .outbound import address_error, command_error
+from .outbound import address_error, command_error, env_error
 from .policy import tool_fingerprint
 
 SERVER_FIELDS = (
@@ -34,6 +34,8 @@ SERVER_FIELDS = (
     "args",
     "env",
     "cwd",
+    "network",
+    "command_set_by_operator",
     "url",
     "headers",
     "request_timeout",
@@ -66,6 +68,8 @@ def do_update_server(server: Server, fields: dict[str, Any]) -> Server:
         "log_level",
         "elicitation_timeout",
         "shared",
+        "network",
+        "command_set_by_operator",
     }:
         # The old tool list (and counts) described another command or URL.
         server.tools, server.tools_listed_at = [], None
@@ -99,18 +103,23 @@ def do_record_test(server_id: int, result: dict[str, Any]) -> None:
     Server.objects.filter(pk=server_id).update(last_test=result, last_tested_at=timezone.now())
 
 
-def plan_import(team: Team, text: str) -> mcp_json.ParsedConfig:
-    """What importing `text` into `team` would do, entry by entry; writes nothing."""
+def plan_import(team: Team, text: str, operator: bool = False) -> mcp_json.ParsedConfig:
+    """What importing `text` into `team` would do, entry by entry; writes nothing.
+
+    `operator`: imported by a superuser (or the import_servers command), who may start any command.
+    """
     parsed = mcp_json.parse(text, TransportKind.values)
     for entry in parsed.entries:
         if entry.status == "error":
             continue
         fields = entry.fields
-        error = (
-            command_error(fields["command"], fields.get("env"), fields.get("cwd") or None)
-            if "command" in fields
-            else address_error(fields.get("url", ""))
-        )
+        if "command" in fields:
+            fields["command_set_by_operator"] = operator
+            error = env_error(fields.get("env")) or command_error(
+                fields["command"], fields.get("args") or [], fields.get("cwd") or None, operator
+            )
+        else:
+            error = address_error(fields.get("url", ""))
         if error:
             entry.fail(error)
         entry.report = mcp_json.placeholder_report(fields, server_variables())
@@ -118,15 +127,20 @@ def plan_import(team: Team, text: str) -> mcp_json.ParsedConfig:
 
 
 @transaction.atomic
-def do_import_servers(team: Team, by: Any, text: str) -> tuple[mcp_json.ParsedConfig, list[Server]]:
+def do_import_servers(
+    team: Team, by: Any, text: str, operator: bool | None = None
+) -> tuple[mcp_json.ParsedConfig, list[Server]]:
     """Create every new server of an mcpServers config, or none of them.
 
     Entries in error block the whole import; duplicates (by name) and transports the
     portal cannot run yet are skipped, so importing the same file twice creates nothing twice.
+    `operator` defaults to whether `by` is a superuser.
     """
+    if operator is None:
+        operator = bool(getattr(by, "is_superuser", False))
     # Lock the team so that two imports at once cannot both decide a name is new.
     Team.objects.select_for_update().filter(pk=team.pk).first()
-    plan = plan_import(team, text)
+    plan = plan_import(team, text, operator)
     created = [
         do_create_server(team, by, {"name": entry.name, "transport": entry.transport, **entry.fields})
         for entry in plan.to_create

@@ -27,7 +27,7 @@ from .models import (
     TeamPolicy,
     TransportKind,
 )
-from .outbound import address_error, command_error
+from .outbound import address_error, command_error, env_error
 from .policy import is_valid_pattern
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -37,6 +37,10 @@ URL_SCHEMES = {
     TransportKind.WEBSOCKET: ("ws", "wss"),
 }
 HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+
+
+def instance_line(server: Server) -> tuple[str, list[str], str]:
+    return server.command.strip(), list(server.args), server.cwd or ""
 
 
 def parse_pairs(text: str, separator: str, name_pattern: re.Pattern[str], what: str) -> dict[str, str]:
@@ -68,7 +72,10 @@ class ServerForm(forms.Form):
     description = forms.CharField(max_length=300, required=False)
     transport = forms.ChoiceField(choices=TransportKind.choices, widget=forms.RadioSelect)
     command = forms.CharField(
-        max_length=500, required=False, help_text="For stdio: the executable, e.g. npx or /usr/bin/python3."
+        max_length=500,
+        required=False,
+        help_text="For stdio: the executable, e.g. npx or /usr/bin/python3. Team admins choose among the "
+        "commands the operator allows.",
     )
     args = forms.CharField(
         label="Arguments", required=False, widget=forms.Textarea(attrs={"rows": 3}), help_text="One argument per line."
@@ -80,6 +87,12 @@ class ServerForm(forms.Form):
         help_text="One NAME=value per line.",
     )
     cwd = forms.CharField(label="Working directory", max_length=500, required=False)
+    network = forms.BooleanField(
+        label="Network access",
+        required=False,
+        initial=True,
+        help_text="The server runs in a sandbox; off, it reaches no network at all (not even the host's).",
+    )
     url = forms.CharField(
         label="URL",
         max_length=500,
@@ -139,8 +152,10 @@ class ServerForm(forms.Form):
     )
     enabled = forms.BooleanField(required=False, initial=True)
 
-    def __init__(self, *args: Any, teams: Any, instance: Server | None = None, **kwargs: Any):
+    def __init__(self, *args: Any, teams: Any, instance: Server | None = None, operator: bool = False, **kwargs: Any):
         self.instance = instance
+        # An operator (a superuser) may start any command; a team admin only what the operator allows.
+        self.operator = operator
         if instance is not None and "initial" not in kwargs:
             kwargs["initial"] = {
                 "team": instance.team_id,
@@ -151,6 +166,7 @@ class ServerForm(forms.Form):
                 "args": "\n".join(instance.args),
                 "env": format_pairs(instance.env, "="),
                 "cwd": instance.cwd,
+                "network": instance.network,
                 "url": instance.url,
                 "headers": format_pairs(instance.headers, ":"),
                 "request_timeout": instance.request_timeout,
@@ -206,6 +222,9 @@ class ServerForm(forms.Form):
                 self.add_error("command", "Enter the command that starts the server.")
             else:
                 self._check_command(data)
+            error = env_error(data.get("env"))
+            if error:
+                self.add_error("env", error)
             data["url"] = ""
             data["headers"] = {}
         elif transport in REMOTE_TRANSPORTS:
@@ -223,6 +242,7 @@ class ServerForm(forms.Form):
                     self._check_address(url)
             data["url"] = url
             data["command"], data["args"], data["env"], data["cwd"] = "", [], {}, ""
+            data["command_set_by_operator"] = False
         for field_name in ("command", "url", "cwd"):
             text = data.get(field_name) or ""
             if "${" in text and len(references(text)) != text.count("${"):
@@ -249,7 +269,14 @@ class ServerForm(forms.Form):
 
     def _check_command(self, data: dict[str, Any]) -> None:
         # Checked again at every start, where a ${VAR} command is checked too.
-        error = command_error(data["command"], data.get("env"), data.get("cwd") or None)
+        instance = self.instance
+        line = (data["command"].strip(), data.get("args") or [], data.get("cwd") or "")
+        if instance is not None and instance.command_set_by_operator and line == instance_line(instance):
+            # An operator's command line, left as it was: the team admin edits the rest.
+            data["command_set_by_operator"] = True
+            return
+        data["command_set_by_operator"] = self.operator
+        error = command_error(data["command"], data.get("args") or [], data.get("cwd") or None, self.operator)
         if error:
             self.add_error("command", error)
 

@@ -12,6 +12,7 @@ from sessions.mcp.config import Negotiated, ServerConfig
 from sessions.mcp.naming import normalize_name
 from sessions.mcp.ssrf import NetworkPolicy
 
+from .outbound import allowed_commands, sandbox_policy
 from .policy import Defaults, Rule
 
 
@@ -130,6 +131,12 @@ class Server(models.Model):
     shared = models.BooleanField(
         "shared session", default=False, help_text="One session for the whole team instead of one per user."
     )
+    network = models.BooleanField(
+        "network access", default=True, help_text="stdio: the server may reach the network from its sandbox."
+    )
+    # The command line was last set by an operator (a superuser), who may start any command; a team
+    # admin's must fit PORTAL_STDIO_COMMANDS, checked again at every start (servers/outbound.py).
+    command_set_by_operator = models.BooleanField(default=False)
     enabled = models.BooleanField(default=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -198,7 +205,8 @@ class Server(models.Model):
             negotiated=Negotiated.from_dict(self.negotiated),
             variables=server_variables(),
             network=NetworkPolicy(allow_private=settings.PORTAL_ALLOW_PRIVATE_NETWORK),
-            allowed_commands=tuple(settings.PORTAL_STDIO_COMMANDS),
+            allowed_commands=allowed_commands(self.command_set_by_operator),
+            sandbox=sandbox_policy(self.network) if self.transport == TransportKind.STDIO else None,
         )
 
     @property

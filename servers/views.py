@@ -21,6 +21,7 @@ from sessions.models import ConnectionStatus
 from . import actions, mcp_json
 from .forms import ElicitationHookForm, ImportForm, RuleForm, ServerForm, TeamDefaultsForm
 from .models import ElicitationHook, Membership, PermissionRule, Role, Server, Team, TeamPolicy
+from .outbound import sandbox_enabled
 from .permissions import describe_tools
 
 DEFAULT_FIELDS = ("read_only", "destructive", "other")
@@ -72,7 +73,13 @@ def server_list(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "servers/list.html",
-        {"servers": servers, "admin_team_ids": admin_team_ids, "can_add": bool(admin_team_ids)},
+        {
+            "servers": servers,
+            "admin_team_ids": admin_team_ids,
+            "can_add": bool(admin_team_ids),
+            # Admins are told when stdio servers run unsandboxed, as the portal's own user.
+            "sandbox_off": bool(admin_team_ids) and not sandbox_enabled(),
+        },
     )
 
 
@@ -84,7 +91,10 @@ def server_add(request: HttpRequest) -> HttpResponse:
     form = ServerForm(
         request.POST or None,
         teams=teams,
-        initial=None if request.POST else {"transport": "stdio", "enabled": True, "request_timeout": 60},
+        initial=None
+        if request.POST
+        else {"transport": "stdio", "enabled": True, "network": True, "request_timeout": 60},
+        operator=request.user.is_superuser,
     )
     if request.method == "POST" and form.is_valid():
         server = actions.do_create_server(form.cleaned_data["team"], request.user, form.cleaned_data)
@@ -96,7 +106,12 @@ def server_add(request: HttpRequest) -> HttpResponse:
 @login_required
 def server_edit(request: HttpRequest, server_id: int) -> HttpResponse:
     server = _administered_server(request, server_id)
-    form = ServerForm(request.POST or None, teams=Team.objects.filter(pk=server.team_id), instance=server)
+    form = ServerForm(
+        request.POST or None,
+        teams=Team.objects.filter(pk=server.team_id),
+        instance=server,
+        operator=request.user.is_superuser,
+    )
     if request.method == "POST" and form.is_valid():
         actions.do_update_server(server, form.cleaned_data)
         messages.success(request, f"Saved {server.name}.")
@@ -180,7 +195,7 @@ def server_import(request: HttpRequest) -> HttpResponse:
                 messages.info(request, "Nothing new to import: every server was a duplicate or not supported yet.")
             return redirect("server_list")
     else:
-        plan = actions.plan_import(team, text)
+        plan = actions.plan_import(team, text, operator=request.user.is_superuser)
     return render(request, "servers/import_preview.html", {"form": form, "plan": plan, "team": team, "config": text})
 
 

@@ -8,10 +8,12 @@ database.
 
 from __future__ import annotations
 
+import getpass
 import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +42,24 @@ def pytest_configure(config: pytest.Config) -> None:
     # Many tests start calls as the same few people within a minute: the per-user limit is off here
     # and on in tests/security/test_rate_limits.py.
     settings.PORTAL_TOOL_CALLS_PER_MINUTE = 0
+    # Some tests hand a stdio server a file in tmp_path (a pidfile, a file to wait for, an event log):
+    # the sandbox shows no host path the operator did not bind, so here pytest's temporary
+    # directories are bound writable, in every process the tests start.
+    scratch = Path(config.option.basetemp or Path(tempfile.gettempdir(), f"pytest-of-{getpass.getuser()}"))
+    scratch.mkdir(parents=True, exist_ok=True)
+    binds = os.environ.get("PORTAL_STDIO_BIND_PATHS") or ",".join(settings.PORTAL_STDIO_BIND_PATHS)
+    os.environ["PORTAL_STDIO_BIND_PATHS"] = f"{binds},{scratch.resolve()}:rw"
+    settings.PORTAL_STDIO_BIND_PATHS = os.environ["PORTAL_STDIO_BIND_PATHS"].split(",")
+    if not settings.EMBEDDED:
+        # The tests' stdio servers are registered by team admins (not superusers). The embedded
+        # mode's defaults allow them and show them in the sandbox; the distributed mode's allow
+        # team admins nothing, so here the operator lists the same, in every process the tests start.
+        from portal.stdio_defaults import default_bind_paths, default_commands
+
+        os.environ.setdefault("PORTAL_STDIO_COMMANDS", ",".join(default_commands(ROOT, embedded=True)))
+        os.environ["PORTAL_STDIO_BIND_PATHS"] += "," + ",".join(default_bind_paths(ROOT, embedded=True))
+        settings.PORTAL_STDIO_COMMANDS = os.environ["PORTAL_STDIO_COMMANDS"].split(",")
+        settings.PORTAL_STDIO_BIND_PATHS = os.environ["PORTAL_STDIO_BIND_PATHS"].split(",")
     # Consumers run database work on helper threads; with persistent connections those threads
     # would still hold the test database open when pytest-django drops it.
     settings.DATABASES["default"]["CONN_MAX_AGE"] = 0

@@ -99,13 +99,15 @@ def test_each_user_has_a_session_of_their_own_unless_the_server_is_shared(alice,
     alice_cookie, bob_cookie = session_cookie(alice), session_cookie(bob)
 
     async def server_pids():
+        # Which server process answered: in the sandbox every one is PID 2 of its own namespace,
+        # so the demo names itself by a number of its own.
         pids = []
         for cookie in (alice_cookie, bob_cookie):
             async with Playground(cookie) as ws:
                 # spawn is not read-only, so the default policy asks first.
                 ended = await ws.call(demo_server.pk, "spawn", {}, approve="allow_once")
                 assert ended["status"] == "succeeded", ended
-                pids.append(ended["result"]["structuredContent"]["server_pid"])
+                pids.append(ended["result"]["structuredContent"]["server_process"])
         return pids
 
     own = run(server_pids())

@@ -126,10 +126,10 @@ def test_it_edits_a_server_and_forgets_the_old_tool_list(alice, demo_server):
     client = logged_in(alice)
     page = client.get(f"/servers/{demo_server.pk}/edit/")
     assert page.context["form"].initial["args"] == "\n".join(DEMO_ARGS)
-    form = stdio_form(demo_server.team, command="/usr/bin/env", args="python3\n-m\nsessions.mcp.demo_server")
+    form = stdio_form(demo_server.team, args="-m\nsessions.mcp.demo_server\nstdio")
     client.post(f"/servers/{demo_server.pk}/edit/", form)
     demo_server.refresh_from_db()
-    assert demo_server.command == "/usr/bin/env" and demo_server.tools == []
+    assert demo_server.args == [*DEMO_ARGS, "stdio"] and demo_server.tools == []
 
 
 def test_it_disables_enables_and_deletes(alice, demo_server):

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .sandbox import SandboxPolicy
 from .ssrf import NetworkPolicy
 
 Transport = Literal["stdio", "http", "sse", "websocket"]
@@ -90,11 +91,14 @@ class ServerConfig:
     # An httpx2.Auth for HTTP transports (the user's OAuth provider, sessions/mcp/auth.py).
     # Not data: left out of comparisons and of the fingerprint.
     auth: Any = field(default=None, compare=False, repr=False)
-    # The operator's limits, checked when a connection opens (sessions/mcp/ssrf.py, commands.py):
-    # which addresses a URL may reach (strict unless said otherwise) and, if not empty, the only
-    # executables a stdio server may start.
+    # The operator's limits, checked when a connection opens (sessions/mcp/ssrf.py, commands.py,
+    # sandbox.py): which addresses a URL may reach (strict unless said otherwise); the commands a
+    # stdio server may start (executables and templates; None: any, for a command an operator
+    # registered, or for callers of this package that choose their commands themselves); and the
+    # sandbox it runs in (None: none, only where the operator turned the sandbox off).
     network: NetworkPolicy = field(default=NetworkPolicy(), compare=False)
-    allowed_commands: tuple[str, ...] = field(default=(), compare=False)
+    allowed_commands: tuple[str, ...] | None = field(default=None, compare=False)
+    sandbox: SandboxPolicy | None = field(default=None, compare=False)
 
     @property
     def is_local(self) -> bool:
@@ -123,6 +127,10 @@ class ServerConfig:
             # The roots a session was told are its own: new roots, new session. Left out when
             # there are none, so servers without roots keep the fingerprints they had.
             shape["roots"] = list(self.roots)
+        if self.sandbox is not None and not self.sandbox.network:
+            # A server whose network was turned off must not keep a session that has it; left out
+            # when on, so servers keep the fingerprints they had.
+            shape["network"] = False
         return hashlib.sha256(json.dumps(shape, sort_keys=True).encode()).hexdigest()[:16]
 
     def connect_mode(self) -> tuple[str, dict[str, Any] | None]:

@@ -15,6 +15,7 @@ import base64
 import hashlib
 import json
 import os
+import secrets
 import struct
 import subprocess
 import sys
@@ -49,6 +50,9 @@ from mcp.types import (
     UnsubscribeRequestParams,
 )
 from pydantic import BaseModel, Field
+
+# Tells this process from other copies of the server even where each is PID 2 of its own sandbox.
+PROCESS_TOKEN = secrets.randbits(48)
 
 server = MCPServer(
     name="portal-demo",
@@ -518,14 +522,15 @@ async def complete(
 
 @server.tool(
     title="Spawn a child process",
-    description="Start a child process that sleeps (stubborn: it ignores SIGINT and SIGTERM); returns its pid.",
+    description="Start a child process that sleeps (stubborn: it ignores SIGINT and SIGTERM); returns its pid "
+    "and this server's (in a sandbox, its PID namespace's) and a number that tells this server process from others.",
     annotations=ToolAnnotations(destructiveHint=False),
 )
 def spawn(stubborn: bool = False) -> dict[str, int]:
     ignore = "import signal; [signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)]; "
     code = (ignore if stubborn else "") + "import time; time.sleep(3600)"
     child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-    return {"pid": child.pid, "server_pid": os.getpid()}
+    return {"pid": child.pid, "server_pid": os.getpid(), "server_process": PROCESS_TOKEN}
 
 
 def _extra_tool() -> str:

@@ -15,8 +15,9 @@ from jsonschema.exceptions import ValidationError as SchemaValidationError
 from mcp.shared.exceptions import MCPError
 
 from .auth import OAuthFlowError, auth_failure
-from .commands import CommandRefused
+from .commands import CommandRefused, EnvRefused
 from .config import ServerConfig
+from .sandbox import NotInSandbox, SandboxUnavailable
 from .ssrf import AddressRefused
 from .variables import MissingSecrets, MissingVariable
 
@@ -166,6 +167,20 @@ def diagnose(
     command = _first(exc, CommandRefused)
     if isinstance(command, CommandRefused):
         return Failure("command_not_allowed", f"Refused to start {config.name}: {command}.", stderr_tail)
+    env = _first(exc, EnvRefused)
+    if isinstance(env, EnvRefused):
+        return Failure("env_not_allowed", f"Refused to start {config.name}: {env}.", stderr_tail)
+    sandbox = _first(exc, SandboxUnavailable)
+    if isinstance(sandbox, SandboxUnavailable):
+        return Failure(
+            "sandbox_unavailable",
+            f"Refused to start {config.name}: stdio servers run only in a sandbox, and {sandbox}. "
+            "An operator who accepts stdio servers running as the portal's own user can set PORTAL_STDIO_SANDBOX=off.",
+            stderr_tail,
+        )
+    outside = _first(exc, NotInSandbox)
+    if isinstance(outside, NotInSandbox):
+        return Failure("not_in_sandbox", f"Refused to start {config.name}: {outside}.", stderr_tail)
 
     os_error = _first(exc, OSError)
     if config.transport == "stdio" and isinstance(os_error, OSError) and not isinstance(os_error, TimeoutError):

@@ -7,6 +7,7 @@ WebSocket): request deadlines are applied per request by the connection instead.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from collections.abc import AsyncIterator, Callable
@@ -24,9 +25,10 @@ from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.message import SessionMessage
 
-from .commands import allowed_command
+from .commands import check_command, check_env, find_executable
 from .config import ServerConfig
 from .processes import stop_process_group
+from .sandbox import NotInSandbox, probe
 from .ssrf import AddressRefused, NetworkPolicy, check_address, default_port, resolve
 
 MCP_SESSION_HEADER = "mcp-session-id"
@@ -63,19 +65,34 @@ async def stdio_transport(config: ServerConfig, errlog: IO[str], trace: HttpTrac
     """A stdio server in a process group of its own, stopped by the seeds' escalation (processes.py).
 
     Newline-delimited JSON-RPC over stdin/stdout, like the SDK's stdio_client, whose 4 s
-    shutdown this replaces. The child gets the SDK's minimal environment (HOME, LOGNAME, PATH,
-    SHELL, TERM, USER) plus `env`: none of the portal's own secrets. With an allowlist of
-    executables, the command must resolve to one of them, and that very file is started.
+    shutdown this replaces. Before anything starts: the env may not set names that change how
+    a program starts (commands.check_env), and the command must fit the operator's list
+    (commands.check_command), as the portal's own PATH finds it. The child gets the SDK's minimal
+    environment (HOME, LOGNAME, PATH, SHELL, TERM, USER) plus `env`: none of the portal's own
+    secrets. With a sandbox policy (every server the portal starts, unless the operator turned it
+    off) the process started is bwrap, which starts the command inside (sandbox.py); bwrap leads
+    the process group the escalation signals.
     """
-    env = get_default_environment() | dict(config.env)
-    resolved = allowed_command(config.command, config.allowed_commands, env.get("PATH"), config.cwd)
-    process = await anyio.open_process(
-        [resolved or config.command, *config.args],
-        env=env,
-        stderr=errlog,
-        cwd=config.cwd or None,
-        start_new_session=True,
-    )
+    check_env(config.env)
+    base = get_default_environment()
+    path = base.get("PATH")
+    check_command(config.command, config.args, config.allowed_commands, path, config.cwd)
+    executable = find_executable(config.command, path, config.cwd)
+    if executable is None or (config.cwd and not os.path.isdir(config.cwd)):
+        raise FileNotFoundError(errno.ENOENT, "not found", config.command)
+    sandbox = config.sandbox
+    if sandbox is None:
+        argv, env, cwd = [executable, *config.args], base | dict(config.env), config.cwd or None
+    else:
+        await anyio.to_thread.run_sync(probe, sandbox)
+        for what, shown in (("command", executable), ("working directory", config.cwd)):
+            if shown and not sandbox.shows(shown):
+                raise NotInSandbox(what, shown)
+        # No cwd: the worker's own, as an unsandboxed child would have it, if the sandbox shows it.
+        inside = config.cwd or (os.getcwd() if sandbox.shows(os.getcwd()) else None)
+        argv = sandbox.argv([executable, *config.args], inside)
+        env, cwd = sandbox.environment(base, dict(config.env)), None
+    process = await anyio.open_process(argv, env=env, stderr=errlog, cwd=cwd, start_new_session=True)
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
 

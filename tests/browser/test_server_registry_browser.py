@@ -66,6 +66,8 @@ def test_it_shows_why_a_connection_test_failed(page: Page, alice):
         cwd=str(ROOT),
         request_timeout=10,
         created_by=alice,
+        # `python -c` is no template a team admin may fill: an operator registered this one.
+        command_set_by_operator=True,
     )
     log_in(page, "alice", "pw-alice")
     page.goto(f"/servers/{server.pk}/")

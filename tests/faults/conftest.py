@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +30,23 @@ def fault_server(alice):
         request_timeout=30,
         created_by=alice,
     )
+
+
+def holder_of(path: Path) -> int:
+    """The host pid of the one process holding `path` open (a stdio server reports the pid of its
+    own PID namespace, which means nothing outside its sandbox)."""
+    wanted = os.stat(path)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            for fd in (entry / "fd").iterdir():
+                seen = os.stat(fd)
+                if (seen.st_dev, seen.st_ino) == (wanted.st_dev, wanted.st_ino):
+                    return int(entry.name)
+        except OSError:
+            continue
+    raise LookupError(f"no process holds {path} open")
 
 
 def assert_recorded(call_id: str, *statuses: str) -> ToolCall:

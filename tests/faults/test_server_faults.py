@@ -13,7 +13,7 @@ import pytest
 from django.conf import settings
 
 from sessions.models import CallStatus, ToolCall
-from tests.faults.conftest import assert_no_call_left_running, assert_recorded
+from tests.faults.conftest import assert_no_call_left_running, assert_recorded, holder_of
 from tests.ws import Playground, session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,8 +41,8 @@ def test_a_server_killed_mid_call(alice, fault_server, worker, tmp_path):
     async def scenario():
         async with Playground(cookie) as ws:
             accepted = await ws.start(fault_server.pk, "hang", {"pidfile": str(pidfile)})
-            pid = int(await asyncio.to_thread(wait_for_file, pidfile))
-            os.kill(pid, signal.SIGKILL)
+            await asyncio.to_thread(wait_for_file, pidfile)
+            os.kill(holder_of(pidfile), signal.SIGKILL)
             ended = await ws.until("call.ended", call=accepted["call"], timeout=60)
             await still_serving(ws, fault_server.pk)
             return ended

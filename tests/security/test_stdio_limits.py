@@ -1,5 +1,8 @@
-"""stdio servers: the child's minimal environment and the operator's allowlist of executables,
-checked at registration (form and import) and again at every start."""
+"""stdio servers: the child's minimal environment and the operator's list of commands,
+checked at registration (form and import) and again at every start.
+
+The command templates, who may register what, the refused env names and the sandbox itself are
+attacked in tests/security/test_stdio_sandbox.py."""
 
 from __future__ import annotations
 
@@ -67,11 +70,12 @@ def test_the_server_env_cannot_swap_an_allowed_name_for_another_program(pool, tm
     fake = tmp_path / "true"
     fake.write_text(f"#!/bin/sh\nexec {sys.executable} -m tests.servers.fault_server\n")
     fake.chmod(0o755)
-    # "true" is allowed as the operator's PATH finds it; the server's own PATH points elsewhere.
+    # "true" is allowed as the operator's PATH finds it; the server's own PATH would point elsewhere,
+    # and a server may not set PATH at all: refused before anything starts.
     config = fault_config(command="true", args=(), env={"PATH": str(tmp_path)}, allowed_commands=("true",))
     with pytest.raises(ConnectionFailed) as caught:
         pool.run(pool.probe(config), timeout=60)
-    assert caught.value.failure.kind == "command_not_allowed"
+    assert caught.value.failure.kind == "env_not_allowed" and "PATH" in caught.value.failure.message
 
 
 @pytest.mark.django_db
@@ -80,7 +84,8 @@ def test_the_form_refuses_a_command_outside_the_allowlist(alice, settings):
     settings.PORTAL_STDIO_COMMANDS = ["/bin/true"]
     response = logged_in(alice).post("/servers/add/", stdio_form(team))
     assert response.status_code == 200
-    assert "This portal may only start these executables: /bin/true." in response.content.decode()
+    page = response.content.decode()
+    assert "is not allowed. Team admins may start only these commands" in page and "/bin/true." in page
     assert not Server.objects.exists()
     settings.PORTAL_STDIO_COMMANDS = ["/bin/true", sys.executable]
     assert logged_in(alice).post("/servers/add/", stdio_form(team)).status_code == 302
@@ -93,7 +98,7 @@ def test_an_import_with_a_command_outside_the_allowlist_is_refused(alice, settin
     settings.PORTAL_STDIO_COMMANDS = ["/bin/true"]
     text = json.dumps({"mcpServers": {"py": {"command": sys.executable, "args": ["-V"]}}})
     (entry,) = plan_import(alice.memberships.get().team, text).entries
-    assert entry.status == "error" and "may only start" in entry.message
+    assert entry.status == "error" and "Team admins may start only these commands" in entry.message
 
 
 @pytest.mark.django_db(transaction=True)
@@ -114,14 +119,11 @@ def test_a_server_registered_before_the_allowlist_is_refused_at_its_next_start(a
     worker.execute_test_connection(server.pk, alice.pk)
     server.refresh_from_db()
     assert server.last_test["ok"] is False and server.last_test["kind"] == "command_not_allowed"
-    assert "not among the executables this portal may start" in server.last_test["message"]
+    assert "not among the commands this portal allows" in server.last_test["message"]
 
 
-def test_a_bare_name_is_allowed_when_the_childs_path_finds_the_listed_file(pool):
-    config = fault_config(
-        command=os.path.basename(sys.executable),
-        env={"PATH": os.path.dirname(sys.executable)},
-        allowed_commands=(sys.executable,),
-    )
+def test_a_bare_name_is_allowed_when_the_portals_path_finds_the_listed_file(pool, monkeypatch):
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    config = fault_config(command=os.path.basename(sys.executable), allowed_commands=(sys.executable,))
     info = pool.run(pool.probe(config), timeout=60)
     assert info["server_name"] == "fault-server"

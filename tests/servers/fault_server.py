@@ -2,7 +2,7 @@
 
 Handshake era only (run it with the server's protocol set to "legacy"). Its tools:
 - `environment`: the names of the environment variables it was started with;
-- `hang`: writes its pid to `pidfile`, then never answers (a test kills it mid-call);
+- `hang`: writes its pid to `pidfile` and keeps the file open, then never answers (a test kills it mid-call);
 - `wait_for`: answers once the file `path` exists (a test decides when the call ends);
 - `flood`: `count` progress notifications and `count` log messages, then the answer;
 - `huge`: an answer of `megabytes` MB of text;
@@ -81,6 +81,8 @@ TOOLS = [
     },
 ]
 
+HELD: list = []  # files kept open for as long as the process lives
+
 GARBAGE = [
     "this is not json",
     "{",
@@ -108,8 +110,11 @@ def call(request_id, name: str, arguments: dict, meta: dict) -> None:
         text_result(request_id, json.dumps(sorted(os.environ)))
     elif name == "hang":
         if arguments.get("pidfile"):
-            with open(arguments["pidfile"], "w") as handle:
-                handle.write(str(os.getpid()))
+            # Kept open: in its sandbox this pid is its own PID namespace's, so the test finds the
+            # process to kill as the one holding this file (tests/faults/conftest.py, holder_of).
+            HELD.append(open(arguments["pidfile"], "w"))  # noqa: SIM115
+            HELD[-1].write(str(os.getpid()))
+            HELD[-1].flush()
         # No answer, ever: the test kills this process (or the call times out).
     elif name == "wait_for":
         while not os.path.exists(arguments["path"]):

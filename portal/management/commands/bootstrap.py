@@ -53,6 +53,9 @@ class Command(BaseCommand):
                     "command": sys.executable,
                     "args": ["-m", "sessions.mcp.demo_server"],
                     "cwd": str(settings.BASE_DIR),
+                    # Registered by the operator's own command: allowed in either mode, whatever
+                    # PORTAL_STDIO_COMMANDS lets team admins start.
+                    "command_set_by_operator": True,
                 },
             )
             self.stdout.write("Registered the demo MCP server as 'demo'.")

@@ -27,9 +27,10 @@ class Command(BaseCommand):
         except (OSError, UnicodeDecodeError) as exc:
             raise CommandError(f"Cannot read {options['file']}: {exc}") from None
         if options["dry_run"]:
-            plan, created = actions.plan_import(team, text), []
+            plan, created = actions.plan_import(team, text, operator=True), []
         else:
-            plan, created = actions.do_import_servers(team, None, text)
+            # Run by the operator, on the host: the commands are theirs, as a superuser's would be.
+            plan, created = actions.do_import_servers(team, None, text, operator=True)
         if plan.error:
             raise CommandError(f"{plan.error} Nothing was created.")
         for entry in plan.entries:
