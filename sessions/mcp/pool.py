@@ -535,6 +535,29 @@ class Connection:
             task.cancel()
 
 
+def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """The pool's loop thread: runs until stopped, then ends what is left on it as asyncio.run does.
+
+    A task left pending when the loop stops stays suspended until the garbage collector closes its
+    coroutine, in whatever thread happens to collect it; closing one parked in asyncio.Queue.get()
+    (the events' drain) while the interpreter exited crashed it with a segmentation fault after every
+    test had passed. Cancelled here, each gets to run its own cleanup on its own loop.
+    """
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+    finally:
+        try:
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.wait(pending, timeout=5.0))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+
+
 class ConnectionPool:
     """Live MCP connections owned by one worker process, on a loop thread of their own."""
 
@@ -557,7 +580,7 @@ class ConnectionPool:
                 # stdio servers' killed grandchildren must be reaped by someone: us (processes.py).
                 become_subreaper()
                 loop = asyncio.new_event_loop()
-                self._thread = threading.Thread(target=loop.run_forever, name="mcp-pool", daemon=True)
+                self._thread = threading.Thread(target=_run_loop, args=(loop,), name="mcp-pool", daemon=True)
                 self._thread.start()
                 self._loop = loop
                 self._maintenance = asyncio.run_coroutine_threadsafe(self._maintain_forever(), loop)
@@ -677,16 +700,6 @@ class ConnectionPool:
     async def _close_everything(self) -> None:
         await self.close_all()
         await self.events.aclose()
-        # What still runs on this loop (listeners waiting on a queue, background work) ends here, as
-        # asyncio.run ends its tasks: a coroutine left suspended is closed later by the garbage
-        # collector, in whatever thread runs it, and closing one parked in asyncio.Queue.get() while
-        # the interpreter exits crashed it (a segmentation fault after every test had passed).
-        current = asyncio.current_task()
-        leftover = [task for task in asyncio.all_tasks() if task is not current]
-        for task in leftover:
-            task.cancel()
-        if leftover:
-            await asyncio.wait(leftover, timeout=5.0)
 
     def keys_for(self, server_id: int) -> list[ConnectionKey]:
         """The keys of the live connections to a server (to close those whose credentials changed)."""
