@@ -852,11 +852,14 @@ def execute_subscribe_resource(server_id: int, user_id: int, uri: str, subscribe
 
 
 def execute_unsubscribe_resource(server_id: int, user_id: int, uri: str, subscriber: str, ref: Any = None) -> None:
-    async def work(pool: ConnectionPool, key: ConnectionKey, config: ServerConfig) -> dict[str, Any]:
-        await pool.unsubscribe_resource(key, config, uri, subscriber)
-        return {}
-
-    _on_server(server_id, user_id, {"type": "resource.unsubscribed", "uri": uri}, work, ref)
+    # Letting go asks nothing of the server's row: not usable_server(), which would keep a
+    # subscription made before the server was disabled or deleted for as long as its connection lives.
+    pool = get_pool()
+    try:
+        pool.run(pool.unsubscribe_everywhere(server_id, uri, subscriber), timeout=settings.MCP_CONNECT_TIMEOUT)
+    except concurrent.futures.TimeoutError:
+        log.warning("server %s did not let go of %s in time; its connection keeps it until it closes", server_id, uri)
+    publish(user_id, {"type": "resource.unsubscribed", "server": server_id, "uri": uri, "ref": ref})
 
 
 # -- liveness ----------------------------------------------------------------------------

@@ -7,8 +7,10 @@ import json
 import time
 
 import pytest
+from channels.db import database_sync_to_async
 from django.conf import settings
 
+from servers.models import Server
 from tests.ws import Playground, session_cookie
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
@@ -160,6 +162,33 @@ def test_closing_the_socket_gives_its_subscriptions_back(alice, demo_server):
     while demo_subscribed() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not demo_subscribed()
+
+
+@pytest.mark.skipif(
+    not settings.EMBEDDED, reason="looks inside the worker's pool, which is in-process only when embedded"
+)
+def test_a_page_closed_after_its_server_was_disabled_still_gives_its_subscriptions_back(alice, demo_server):
+    from sessions.worker import get_pool
+
+    cookie = session_cookie(alice)
+    pool = get_pool()
+
+    def held() -> bool:
+        return any(conn.subscribed for key, conn in list(pool._connections.items()) if key.server_id == demo_server.pk)
+
+    async def scenario():
+        async with Playground(cookie) as ws:
+            await ws.send(
+                {"type": "subscribe_resource", "ref": "s1", "server": demo_server.pk, "uri": "demo://counter"}
+            )
+            await ws.until("resource.subscribed", ref="s1")
+            await database_sync_to_async(Server.objects.filter(pk=demo_server.pk).update)(enabled=False)
+
+    run(scenario())
+    deadline = time.monotonic() + 20
+    while held() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not held()
 
 
 def test_another_team_cannot_use_any_of_it_and_disabled_servers_refuse(carol, alice, demo_server):

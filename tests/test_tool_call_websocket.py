@@ -67,19 +67,20 @@ def test_it_returns_images_and_structured_content(alice, demo_server):
 def test_it_reuses_one_connection_per_server_and_user(alice, bob, demo_server):
     alice_cookie, bob_cookie = session_cookie(alice), session_cookie(bob)
 
-    async def server_pid(ws: Playground) -> int:
-        # spawn reports the stdio server's own process id (it is not read-only: approved once).
+    async def server_process(ws: Playground) -> int:
+        # spawn names the stdio server process that ran it (it is not read-only: approved once). Its
+        # token, not its pid: in the sandbox every server is pid 2 of a namespace of its own.
         ended = await ws.call(demo_server.pk, "spawn", {}, approve="allow_once")
         assert ended["status"] == "succeeded", ended
-        return ended["result"]["structuredContent"]["server_pid"]
+        return ended["result"]["structuredContent"]["server_process"]
 
     async def scenario():
         async with Playground(alice_cookie) as ws:
-            first, second = await server_pid(ws), await server_pid(ws)
+            first, second = await server_process(ws), await server_process(ws)
         async with Playground(alice_cookie) as ws:  # a reloaded page
-            third = await server_pid(ws)
+            third = await server_process(ws)
         async with Playground(bob_cookie) as ws:
-            bobs = await server_pid(ws)
+            bobs = await server_process(ws)
         return first, second, third, bobs
 
     first, second, third, bobs = run(scenario())

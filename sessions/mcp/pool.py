@@ -1027,6 +1027,20 @@ class ConnectionPool:
 
         return await self._request(key, config, work)
 
+    async def unsubscribe_everywhere(self, server_id: int, uri: str, subscriber: str) -> bool:
+        """`subscriber` (one page's socket) leaves `uri` on every connection to the server.
+
+        Needs neither the server's row nor its credentials: a page closed after its server was
+        disabled, deleted or given new credentials still gives its subscriptions back, or the
+        connection would keep them (and the server its subscriber) until it closes.
+        """
+        left = False
+        for key in self.keys_for(server_id):
+            conn = self._connections.get(key)
+            if conn is not None:
+                left = await self.unsubscribe_resource(key, conn.config, uri, subscriber) or left
+        return left
+
 
 def status_of(failure: Failure) -> str:
     return NEEDS_AUTH if failure.kind == "needs_auth" else FAILED

@@ -17,9 +17,10 @@ expect.set_options(timeout=TIMEOUT_MS)
 CLAUDE_DESKTOP = {
     "mcpServers": {
         "filesystem": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"]},
+        # Commands the embedded mode's defaults let a team admin register (PORTAL_STDIO_COMMANDS).
         "github": {
-            "command": "docker",
-            "args": ["run", "-i", "ghcr.io/github/github-mcp-server"],
+            "command": "npx",
+            "args": ["-y", "@modelcontextprotocol/server-github"],
             "env": {"GITHUB_TOKEN": "${GITHUB_TOKEN}"},
         },
         "remote": {"type": "http", "url": "https://mcp.example.com/mcp", "headers": {"X-Team": "acme"}},
