@@ -33,8 +33,10 @@ from pydantic import ValidationError
 from servers.credential_models import Credential, CredentialKind, OAuthFlow, ServerOAuth, hash_state
 from servers.crypto import CredentialUnreadable
 from servers.models import Server
+from servers.oauth_errors import AuthorizationError
 
 from .mcp.auth import (
+    AuthorizationRefused,
     AuthorizationRequired,
     Discovery,
     OAuthFlowError,
@@ -142,6 +144,14 @@ class CredentialRowStore:
             payload["client_info"] = client_info.model_dump(mode="json", exclude_none=True)
 
         self._update(change)
+
+    @database_sync_to_async
+    def forget_client(self) -> None:
+        def change(payload: dict[str, Any], row: Credential) -> None:
+            payload.pop("client_info", None)
+
+        if Credential.objects.filter(**self.identity).exists():
+            self._update(change)
 
     @database_sync_to_async
     def save_discovery(self, discovery: Discovery, *, refreshed: bool) -> None:
@@ -272,6 +282,7 @@ class BrowserAuthorization:
         self.reply_channel = reply_channel  # who to tell next: the Connect view, later the callback view
         self.channel: str | None = None
         self.redirected = False
+        self.provider_error: AuthorizationError | None = None  # what the server said on the callback
 
     async def redirect(self, url: str) -> None:
         layer = get_channel_layer()
@@ -302,8 +313,12 @@ class BrowserAuthorization:
         if message.get("reply"):
             self.reply_channel = message["reply"]
         if message.get("error"):
-            description = message.get("error_description") or ""
-            raise OAuthFlowError(f"the authorization server answered {message['error']} {description}".strip())
+            # Text from the server, through the browser: kept short, shown escaped.
+            self.provider_error = AuthorizationError(
+                str(message["error"])[:100], str(message.get("error_description") or "")[:300]
+            )
+            description = self.provider_error.description
+            raise AuthorizationRefused(f"the authorization server answered {message['error']} {description}".strip())
         return AuthorizationCodeResult(code=message.get("code", ""), state=message.get("state"), iss=message.get("iss"))
 
 
@@ -391,6 +406,14 @@ async def run_authorization(flow_id: int, reply_channel: str) -> dict[str, Any]:
                 outcome = {"ok": False, "message": prepared.redact(failure.message)}
             finally:
                 await conn.close()
+            refused = browser.provider_error
+            if refused is not None and not outcome["ok"]:
+                log.info("OAuth: %s answered the authorization with %s", server.name, refused.error)
+                if refused.registration_refused() and not oauth.client_id:
+                    # Registered again on the next Connect, for the redirect URI the portal has now.
+                    await store.forget_client()
+                message = refused.explain(server.name, oauth.redirect_uri, configured_client=bool(oauth.client_id))
+                outcome = {"ok": False, "message": prepared.redact(message)}
     await _finish_flow(flow_id, outcome["ok"], "" if outcome["ok"] else outcome["message"], server.pk, owner, tools)
     await layer.send(browser.reply_channel, {"type": "oauth.done", **outcome})
     return outcome
