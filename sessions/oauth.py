@@ -149,9 +149,28 @@ class CredentialRowStore:
     def forget_client(self) -> None:
         def change(payload: dict[str, Any], row: Credential) -> None:
             payload.pop("client_info", None)
+            payload.pop("sent_unanswered", None)
 
         if Credential.objects.filter(**self.identity).exists():
             self._update(change)
+
+    @database_sync_to_async
+    def note_sent(self, sent: bool) -> None:
+        """Whether the browser went to the authorization page with the stored registration and never
+        came back: a server that does not know the client shows its own error page, not the callback."""
+
+        def change(payload: dict[str, Any], row: Credential) -> None:
+            if sent:
+                payload["sent_unanswered"] = True
+            else:
+                payload.pop("sent_unanswered", None)
+
+        if Credential.objects.filter(**self.identity).exists():  # an admin's client ID needs no row
+            self._update(change)
+
+    @database_sync_to_async
+    def sent_unanswered(self) -> bool:
+        return bool(self._payload().get("sent_unanswered"))
 
     @database_sync_to_async
     def save_discovery(self, discovery: Discovery, *, refreshed: bool) -> None:
@@ -279,6 +298,7 @@ class BrowserAuthorization:
 
     def __init__(self, flow_id: int, reply_channel: str):
         self.flow_id = flow_id
+        self.store: CredentialRowStore | None = None  # set once the flow's owner is known
         self.reply_channel = reply_channel  # who to tell next: the Connect view, later the callback view
         self.channel: str | None = None
         self.redirected = False
@@ -290,6 +310,8 @@ class BrowserAuthorization:
             self.channel = await layer.new_channel()
         state = parse_qs(urlparse(url).query).get("state", [""])[0]
         await self._record_waiting(hash_state(state), self.channel)
+        if self.store is not None:
+            await self.store.note_sent(True)
         self.redirected = True
         await layer.send(self.reply_channel, {"type": "oauth.redirect", "url": url})
 
@@ -310,6 +332,8 @@ class BrowserAuthorization:
             )
         except TimeoutError:
             raise OAuthFlowError("no answer from the authorization page within the time allowed") from None
+        if self.store is not None:
+            await self.store.note_sent(False)  # the server knew the client well enough to send the browser back
         if message.get("reply"):
             self.reply_channel = message["reply"]
         if message.get("error"):
@@ -379,6 +403,12 @@ async def run_authorization(flow_id: int, reply_channel: str) -> dict[str, Any]:
                 if flow.for_team
                 else CredentialRowStore(server.pk, user_id=flow.user_id, fresh=True)
             )
+            if await store.sent_unanswered():
+                # The last Connect sent the browser off with this registration and nothing came
+                # back (the server may have shown "unknown client"): register again.
+                log.info("OAuth: the last authorization for %s never came back; registering again", server.name)
+                await store.forget_client()
+            browser.store = store
             provider = PortalOAuthProvider(
                 prepared.config.url,
                 oauth,

@@ -7,7 +7,7 @@ Run: python -m tests.oauth_server --port N [--expires-in S]. One process serves:
 - /mcp: tools `whoami` (the user the token was issued to) and `admin_op` (needs scope "admin":
   403 insufficient_scope, for step-up); 401 with WWW-Authenticate without a valid token;
 - /_stats (requests seen by kind) and /_control (expiry, refresh errors, refresh delay, an error
-  answered on the callback instead of a code).
+  answered on the callback instead of a code, forgetting every registered client).
 State is in memory; the tests restart nothing here.
 """
 
@@ -205,7 +205,10 @@ async def stats(request: Request) -> Response:
 
 
 async def control(request: Request) -> Response:
-    STATE["control"].update(await request.json())
+    changes = await request.json()
+    if changes.pop("forget_clients", False):  # as a server that lost its registrations would
+        STATE["clients"].clear()
+    STATE["control"].update(changes)
     return JSONResponse(STATE["control"])
 
 

@@ -118,6 +118,21 @@ def test_a_refused_client_is_explained_forgotten_and_registered_again(alice, oau
     assert whoami(alice, oauth_server)["status"] == "succeeded"
 
 
+def test_a_connect_after_one_that_never_came_back_registers_again(alice, oauth_server, oauth_base):
+    client = logged_in(alice)
+    connect(client, oauth_server.pk, "alice-at-idp")
+    control(oauth_base, forget_clients=True)
+    # The server shows its own error page: nothing comes back to the portal.
+    started = client.post(f"/credentials/{oauth_server.pk}/connect/", {"next": "/credentials/"})
+    lost = httpx.get(authorization_url(started), timeout=10)
+    assert lost.status_code == 400 and lost.text == "unknown client or redirect_uri"
+
+    before = stats(oauth_base)
+    connect(client, oauth_server.pk, "alice-again")
+    assert stats(oauth_base)["register"] - before.get("register", 0) == 1
+    assert whoami(alice, oauth_server)["result"]["content"][0]["text"] == "alice-again"
+
+
 def test_a_declined_consent_is_explained(alice, oauth_server):
     client = logged_in(alice)
     started = client.post(f"/credentials/{oauth_server.pk}/connect/", {"next": "/credentials/"})
