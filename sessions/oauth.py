@@ -156,8 +156,9 @@ class CredentialRowStore:
 
     @database_sync_to_async
     def note_sent(self, sent: bool) -> None:
-        """Whether the browser went to the authorization page with the stored registration and never
-        came back: a server that does not know the client shows its own error page, not the callback."""
+        """Note that the browser went to the authorization page with the stored registration (True),
+        or came back (False). A server that does not know the client shows its own error page and
+        never sends the browser back; a person who left the page costs one registration more."""
 
         def change(payload: dict[str, Any], row: Credential) -> None:
             if sent:
