@@ -9,6 +9,7 @@ import logging
 import os
 import subprocess
 import sys
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
@@ -124,12 +125,17 @@ def test_a_connect_after_one_that_never_came_back_registers_again(alice, oauth_s
     control(oauth_base, forget_clients=True)
     # The server shows its own error page: nothing comes back to the portal.
     started = client.post(f"/credentials/{oauth_server.pk}/connect/", {"next": "/credentials/"})
-    lost = httpx.get(authorization_url(started), timeout=10)
+    lost_url = authorization_url(started)
+    lost = httpx.get(lost_url, timeout=10)
     assert lost.status_code == 400 and lost.text == "unknown client or redirect_uri"
 
     before = stats(oauth_base)
     connect(client, oauth_server.pk, "alice-again")
     assert stats(oauth_base)["register"] - before.get("register", 0) == 1
+    assert whoami(alice, oauth_server)["result"]["content"][0]["text"] == "alice-again"
+    # The abandoned attempt still waits for its callback (for minutes): end it as a person would.
+    state = parse_qs(urlsplit(lost_url).query)["state"][0]
+    client.get("/oauth/callback", {"state": state, "error": "access_denied"})
     assert whoami(alice, oauth_server)["result"]["content"][0]["text"] == "alice-again"
 
 
