@@ -20,6 +20,7 @@ bootstrap: migrate
 	$(PY) manage.py bootstrap
 
 # The portal in its embedded mode (or distributed, when DATABASE_URL and REDIS_URL are set).
+# Unless SITE_URL is set, http://HOST:PORT becomes it, and with it the OAuth redirect URI.
 run: bootstrap bubblewrap
 	$(PY) manage.py runportal --host $(HOST) --port $(PORT)
 

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from channels.security.websocket import WebsocketDenier
 from django.conf import settings
+from django.http import HttpRequest
 from django.http.request import split_domain_port, validate_host
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -45,6 +46,30 @@ def origin_allowed(scope: dict[str, Any]) -> bool:
     if origin is None or not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
         return False
     return origin in allowed_origins(scope, host)
+
+
+def redirect_uri_mismatch(request: HttpRequest) -> dict[str, str] | None:
+    """What admins are told when this page was reached elsewhere than the OAuth redirect URI points.
+
+    An authorization server sends the browser back to the redirect URI after consent: served on
+    another host or port, the person lands on the wrong address or on nothing. The scheme is not
+    compared, nor a port the Host header leaves out: a proxy that ends TLS forwards plain HTTP.
+    """
+    host = request.get_host()
+    domain, port = split_domain_port(host)
+    target = urlsplit(settings.PORTAL_OAUTH_REDIRECT_URI)
+    try:
+        target_port = target.port or DEFAULT_PORTS.get(target.scheme)
+    except ValueError:
+        target_port = None
+    same_host = domain.strip("[]") == (target.hostname or "")
+    if same_host and (not port or int(port) == target_port):
+        return None
+    return {
+        "here": f"{request.scheme}://{host}",
+        "redirect_uri": settings.PORTAL_OAUTH_REDIRECT_URI,
+        "site_url": settings.SITE_URL,
+    }
 
 
 class SameOriginValidator:

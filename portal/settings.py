@@ -18,6 +18,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from portal.env import envbool, envfloat, envint, envlist, envsecret
+from portal.site import site_addresses
 from portal.stdio_defaults import check_stdio_settings, default_bind_paths, default_commands
 from portal.var_dir import private_directory, private_sqlite
 from servers.crypto import KeyConfigError, load_keyring
@@ -60,7 +61,8 @@ except KeyConfigError as exc:
 DEBUG = envbool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", "")
-SITE_URL = os.environ.get("SITE_URL", "http://127.0.0.1:8000")
+# Where people reach the portal; `runportal` makes it the address it serves on when unset (portal/site.py).
+SITE_URL = os.environ.get("SITE_URL") or "http://127.0.0.1:8000"
 # The playground's WebSocket accepts the page's own origin (scheme, host and port) and SITE_URL's;
 # these are any others (e.g. "https://portal.example.com:8443"), as CSRF_TRUSTED_ORIGINS are for forms.
 PORTAL_WEBSOCKET_ORIGINS = envlist("PORTAL_WEBSOCKET_ORIGINS", "")
@@ -291,12 +293,9 @@ MCP_MAX_OUTPUT_TOKENS = envint("MCP_MAX_OUTPUT_TOKENS", 25_000)
 MCP_FULL_OUTPUT_MAX_BYTES = envint("MCP_FULL_OUTPUT_MAX_BYTES", 20 * 1024 * 1024)
 
 # OAuth to upstream MCP servers (docs/credentials.md)
-PORTAL_OAUTH_REDIRECT_URI = os.environ.get("PORTAL_OAUTH_REDIRECT_URI", SITE_URL.rstrip("/") + "/oauth/callback")
-# A client ID metadata document needs an https URL; by default the portal serves its own when SITE_URL is https.
-PORTAL_OAUTH_CLIENT_METADATA_URL = os.environ.get(
-    "PORTAL_OAUTH_CLIENT_METADATA_URL",
-    SITE_URL.rstrip("/") + "/oauth/client-metadata.json" if SITE_URL.startswith("https://") else "",
-)
+_site = site_addresses(SITE_URL, os.environ)
+PORTAL_OAUTH_REDIRECT_URI = _site["PORTAL_OAUTH_REDIRECT_URI"]
+PORTAL_OAUTH_CLIENT_METADATA_URL = _site["PORTAL_OAUTH_CLIENT_METADATA_URL"]
 PORTAL_OAUTH_REFRESH_AHEAD_SECONDS = envfloat("PORTAL_OAUTH_REFRESH_AHEAD_SECONDS", 60.0)
 PORTAL_OAUTH_REFRESH_JITTER_SECONDS = envfloat("PORTAL_OAUTH_REFRESH_JITTER_SECONDS", 30.0)
 PORTAL_OAUTH_FLOW_SECONDS = envfloat("PORTAL_OAUTH_FLOW_SECONDS", 300.0)

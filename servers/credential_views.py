@@ -21,6 +21,7 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
+from portal.origin import redirect_uri_mismatch
 from sessions.mcp.secrets import referenced_secrets
 
 from . import credential_actions as actions
@@ -55,6 +56,8 @@ def server_needs(server: Server, user: Any, rows: list[Credential]) -> dict[str,
     uses_oauth = server.transport != TransportKind.STDIO and (oauth_settings is None or oauth_settings.enabled)
     needs_auth = known_needs_auth(server.pk, owner_of(user.pk), f"{server.to_config().fingerprint()}.{revision(rows)}")
     missing = [s["name"] for s in secrets if not s["set"]]
+    connected = bool((oauth and oauth.has_tokens) or (team_oauth and team_oauth.has_tokens))
+    attention = bool(missing or needs_auth or (oauth and oauth.last_error and not oauth.has_tokens))
     return {
         "server": server,
         "secrets": secrets,
@@ -64,7 +67,11 @@ def server_needs(server: Server, user: Any, rows: list[Credential]) -> dict[str,
         "uses_oauth": uses_oauth,
         "needs_auth": needs_auth,
         "missing": missing,
-        "attention": bool(missing or needs_auth or (oauth and oauth.last_error and not oauth.has_tokens)),
+        "attention": attention,
+        # Not "ready" before an OAuth server is connected: whether it needs it is only known then.
+        "ready": not attention and (connected or not uses_oauth),
+        # A row without tokens (a denied consent, a registration) gives nothing to revoke.
+        "can_revoke": bool(oauth and oauth.has_tokens),
         "is_admin": server.is_admin(user),
     }
 
@@ -85,7 +92,15 @@ def my_credentials(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "servers/credentials.html",
-        {"entries": entries, "attention": sum(1 for e in entries if e["attention"]), "form": SecretForm()},
+        {
+            "entries": entries,
+            "attention": sum(1 for e in entries if e["attention"]),
+            "form": SecretForm(),
+            # Admins are told when consent would send people back to another address than this one.
+            "address_notice": redirect_uri_mismatch(request)
+            if any(e["is_admin"] and e["uses_oauth"] for e in entries)
+            else None,
+        },
     )
 
 

@@ -15,6 +15,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
+from portal.origin import redirect_uri_mismatch
 from sessions.mcp.naming import annotate_tools
 from sessions.models import ConnectionStatus
 
@@ -79,6 +80,7 @@ def server_list(request: HttpRequest) -> HttpResponse:
             "can_add": bool(admin_team_ids),
             # Admins are told when stdio servers run unsandboxed, as the portal's own user.
             "sandbox_off": bool(admin_team_ids) and not sandbox_enabled(),
+            "address_notice": redirect_uri_mismatch(request) if admin_team_ids else None,
         },
     )
 

@@ -12,6 +12,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from servers.diffs import diff_rows
+
 
 class CallStatus(models.TextChoices):
     PENDING = "pending", "Pending"
@@ -200,6 +202,7 @@ class Approval(models.Model):
             "reason": self.decision.get("reason", ""),
             "rule": self.decision.get("rule"),
             "diff": self.diff,
+            "diff_rows": diff_rows(self.diff),
             "can_remember": self.can_remember,
             "expires_at": self.expires_at.isoformat(),
             "expires_in": max(0.0, round(left, 1)),

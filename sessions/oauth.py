@@ -33,8 +33,10 @@ from pydantic import ValidationError
 from servers.credential_models import Credential, CredentialKind, OAuthFlow, ServerOAuth, hash_state
 from servers.crypto import CredentialUnreadable
 from servers.models import Server
+from servers.oauth_errors import AuthorizationError
 
 from .mcp.auth import (
+    AuthorizationRefused,
     AuthorizationRequired,
     Discovery,
     OAuthFlowError,
@@ -142,6 +144,34 @@ class CredentialRowStore:
             payload["client_info"] = client_info.model_dump(mode="json", exclude_none=True)
 
         self._update(change)
+
+    @database_sync_to_async
+    def forget_client(self) -> None:
+        def change(payload: dict[str, Any], row: Credential) -> None:
+            payload.pop("client_info", None)
+            payload.pop("sent_unanswered", None)
+
+        if Credential.objects.filter(**self.identity).exists():
+            self._update(change)
+
+    @database_sync_to_async
+    def note_sent(self, sent: bool) -> None:
+        """Note that the browser went to the authorization page with the stored registration (True),
+        or came back (False). A server that does not know the client shows its own error page and
+        never sends the browser back; a person who left the page costs one registration more."""
+
+        def change(payload: dict[str, Any], row: Credential) -> None:
+            if sent:
+                payload["sent_unanswered"] = True
+            else:
+                payload.pop("sent_unanswered", None)
+
+        if Credential.objects.filter(**self.identity).exists():  # an admin's client ID needs no row
+            self._update(change)
+
+    @database_sync_to_async
+    def sent_unanswered(self) -> bool:
+        return bool(self._payload().get("sent_unanswered"))
 
     @database_sync_to_async
     def save_discovery(self, discovery: Discovery, *, refreshed: bool) -> None:
@@ -269,9 +299,11 @@ class BrowserAuthorization:
 
     def __init__(self, flow_id: int, reply_channel: str):
         self.flow_id = flow_id
+        self.store: CredentialRowStore | None = None  # set once the flow's owner is known
         self.reply_channel = reply_channel  # who to tell next: the Connect view, later the callback view
         self.channel: str | None = None
         self.redirected = False
+        self.provider_error: AuthorizationError | None = None  # what the server said on the callback
 
     async def redirect(self, url: str) -> None:
         layer = get_channel_layer()
@@ -279,6 +311,8 @@ class BrowserAuthorization:
             self.channel = await layer.new_channel()
         state = parse_qs(urlparse(url).query).get("state", [""])[0]
         await self._record_waiting(hash_state(state), self.channel)
+        if self.store is not None:
+            await self.store.note_sent(True)
         self.redirected = True
         await layer.send(self.reply_channel, {"type": "oauth.redirect", "url": url})
 
@@ -299,11 +333,17 @@ class BrowserAuthorization:
             )
         except TimeoutError:
             raise OAuthFlowError("no answer from the authorization page within the time allowed") from None
+        if self.store is not None:
+            await self.store.note_sent(False)  # the server knew the client well enough to send the browser back
         if message.get("reply"):
             self.reply_channel = message["reply"]
         if message.get("error"):
-            description = message.get("error_description") or ""
-            raise OAuthFlowError(f"the authorization server answered {message['error']} {description}".strip())
+            # Text from the server, through the browser: kept short, shown escaped.
+            self.provider_error = AuthorizationError(
+                str(message["error"])[:100], str(message.get("error_description") or "")[:300]
+            )
+            description = self.provider_error.description
+            raise AuthorizationRefused(f"the authorization server answered {message['error']} {description}".strip())
         return AuthorizationCodeResult(code=message.get("code", ""), state=message.get("state"), iss=message.get("iss"))
 
 
@@ -364,6 +404,12 @@ async def run_authorization(flow_id: int, reply_channel: str) -> dict[str, Any]:
                 if flow.for_team
                 else CredentialRowStore(server.pk, user_id=flow.user_id, fresh=True)
             )
+            if await store.sent_unanswered():
+                # The last Connect sent the browser off with this registration and nothing came
+                # back (the server may have shown "unknown client"): register again.
+                log.info("OAuth: the last authorization for %s never came back; registering again", server.name)
+                await store.forget_client()
+            browser.store = store
             provider = PortalOAuthProvider(
                 prepared.config.url,
                 oauth,
@@ -391,6 +437,14 @@ async def run_authorization(flow_id: int, reply_channel: str) -> dict[str, Any]:
                 outcome = {"ok": False, "message": prepared.redact(failure.message)}
             finally:
                 await conn.close()
+            refused = browser.provider_error
+            if refused is not None and not outcome["ok"]:
+                log.info("OAuth: %s answered the authorization with %s", server.name, refused.error)
+                if refused.registration_refused() and not oauth.client_id:
+                    # Registered again on the next Connect, for the redirect URI the portal has now.
+                    await store.forget_client()
+                message = refused.explain(server.name, oauth.redirect_uri, configured_client=bool(oauth.client_id))
+                outcome = {"ok": False, "message": prepared.redact(message)}
     await _finish_flow(flow_id, outcome["ok"], "" if outcome["ok"] else outcome["message"], server.pk, owner, tools)
     await layer.send(browser.reply_channel, {"type": "oauth.done", **outcome})
     return outcome

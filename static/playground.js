@@ -1,6 +1,7 @@
 import { connect, h } from "./ws.js";
 import { buildForm, FieldError, showErrors } from "./schema-form.js";
 import { nextRef, renderResourceContents } from "./content.js";
+import { renderDiff } from "./diff.js";
 
 const catalog = JSON.parse(document.getElementById("catalog").textContent);
 const selected = JSON.parse(document.getElementById("selected").textContent);
@@ -517,7 +518,7 @@ function showApproval(id) {
   const hints = Object.entries(approval.annotations || {}).map(([name, value]) => `${name}: ${JSON.stringify(value)}`);
   $("approval-annotations").textContent = hints.length ? hints.join(", ") : "none given (not assumed read-only)";
   $("approval-diff-box").hidden = !approval.diff;
-  $("approval-diff").textContent = approval.diff || "";
+  renderDiff($("approval-diff"), approval.diff_rows || []);
   $("approval-always").hidden = !approval.can_remember;
   $("approval-error").textContent = "";
   $("approval-queue").textContent = approvals.size > 1 ? `${approvals.size - 1} more after this one.` : "";

@@ -438,7 +438,15 @@ def oauth_server(alice, oauth_base):
     from servers.models import Server
     from tests.oauth_helpers import control
 
-    control(oauth_base, expires_in=3600, refresh_error=None, refresh_status=400, refresh_delay=0.0)
+    control(
+        oauth_base,
+        expires_in=3600,
+        refresh_error=None,
+        refresh_status=400,
+        refresh_delay=0.0,
+        authorize_error=None,
+        authorize_error_description=None,
+    )
     return Server.objects.create(
         team=alice.memberships.get().team,
         name="guarded",

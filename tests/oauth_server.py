@@ -6,7 +6,8 @@ Run: python -m tests.oauth_server --port N [--expires-in S]. One process serves:
   refresh tokens that rotate (a reused one is refused, as strict servers do), RFC 9207 iss;
 - /mcp: tools `whoami` (the user the token was issued to) and `admin_op` (needs scope "admin":
   403 insufficient_scope, for step-up); 401 with WWW-Authenticate without a valid token;
-- /_stats (requests seen by kind) and /_control (expiry, refresh errors, refresh delay).
+- /_stats (requests seen by kind) and /_control (expiry, refresh errors, refresh delay, an error
+  answered on the callback instead of a code, forgetting every registered client).
 State is in memory; the tests restart nothing here.
 """
 
@@ -36,7 +37,14 @@ STATE: dict[str, Any] = {
     "access": {},  # token -> {user, scope, expires}
     "refresh": {},  # token -> {user, scope, client_id}
     "stats": Counter(),
-    "control": {"expires_in": 3600, "refresh_error": None, "refresh_status": 400, "refresh_delay": 0.0},
+    "control": {
+        "expires_in": 3600,
+        "refresh_error": None,
+        "refresh_status": 400,
+        "refresh_delay": 0.0,
+        "authorize_error": None,  # sent back on the callback instead of a code, after consent
+        "authorize_error_description": None,
+    },
 }
 BASE = ""
 
@@ -119,8 +127,11 @@ async def authorize(request: Request) -> Response:
             '<button type="submit" name="decision" value="deny">Deny</button></form></body></html>'
         )
     target = params["redirect_uri"]
-    if params.get("decision") != "allow":
-        query = {"error": "access_denied", "state": params["state"], "iss": BASE}
+    refused = STATE["control"]["authorize_error"]
+    if params.get("decision") != "allow" or refused:
+        query = {"error": refused or "access_denied", "state": params["state"], "iss": BASE}
+        if STATE["control"]["authorize_error_description"]:
+            query["error_description"] = STATE["control"]["authorize_error_description"]
         return RedirectResponse(f"{target}?{urlencode(query)}", status_code=302)
     code = secrets.token_urlsafe(16)
     STATE["codes"][code] = {
@@ -194,7 +205,10 @@ async def stats(request: Request) -> Response:
 
 
 async def control(request: Request) -> Response:
-    STATE["control"].update(await request.json())
+    changes = await request.json()
+    if changes.pop("forget_clients", False):  # as a server that lost its registrations would
+        STATE["clients"].clear()
+    STATE["control"].update(changes)
     return JSONResponse(STATE["control"])
 
 

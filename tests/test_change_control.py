@@ -11,7 +11,9 @@ import asyncio
 import pytest
 
 from servers.actions import do_update_server
+from servers.diffs import diff_rows
 from servers.models import PermissionRule, Server
+from servers.policy import definition_diff
 from sessions.models import AuditEvent
 from tests.ws import Playground, session_cookie
 
@@ -61,6 +63,17 @@ def test_an_always_allow_stops_applying_when_the_server_changes_the_tool(alice, 
     assert '-  "description": "Save a short note; notes live until the server stops.",' in requested["diff"]
     assert f'+  "description": "{CHANGED}",' in requested["diff"]
     assert requested["description"] == CHANGED
+    # The rows the dialog shows: the old line marked removed, the new one added, in the same place.
+    changed = [row for row in requested["diff_rows"] if row["kind"] in ("added", "removed")]
+    assert changed == [
+        {
+            "kind": "removed",
+            "old": 6,
+            "new": None,
+            "text": '  "description": "Save a short note; notes live until the server stops.",',
+        },
+        {"kind": "added", "old": None, "new": 6, "text": f'  "description": "{CHANGED}",'},
+    ]
     assert third["status"] == fourth["status"] == "succeeded" and asked == 1
     rule = PermissionRule.objects.get(user=bob)  # renewed, not duplicated
     assert rule.fingerprint != approved_fingerprint and rule.definition["description"] == CHANGED
@@ -93,3 +106,29 @@ def test_the_worker_catches_a_change_the_portal_had_not_listed_yet(bob, demo_ser
     assert list(decided) == [("decision", "ask"), ("approval", "approved"), ("call", "allow")]
     # The worker refreshed the stored list, so pages now show the change too.
     assert Server.objects.get(pk=demo_server.pk).tool("write_note")["description"] == CHANGED
+
+
+def test_a_diff_becomes_rows_numbered_on_both_sides():
+    before = {"name": "t", "description": "old", "inputSchema": {"type": "object"}, "annotations": {"a": 1}}
+    after = {**before, "description": "new", "annotations": {"a": 1, "b": 2}}
+    rows = diff_rows(definition_diff(before, after))
+    assert rows[0] == {"kind": "hunk", "old": None, "new": None, "text": "approved line 1, now line 1"}
+    assert [(r["kind"], r["old"], r["new"], r["text"].strip()) for r in rows[1:]] == [
+        ("same", 1, 1, "{"),
+        ("same", 2, 2, '"annotations": {'),
+        ("removed", 3, None, '"a": 1'),
+        ("added", None, 3, '"a": 1,'),
+        ("added", None, 4, '"b": 2'),
+        ("same", 4, 5, "},"),
+        ("removed", 5, None, '"description": "old",'),
+        ("added", None, 6, '"description": "new",'),
+        ("same", 6, 7, '"inputSchema": {'),
+        ("same", 7, 8, '"type": "object"'),
+        ("same", 8, 9, "},"),
+    ]
+    # A removed line that itself starts with "--" is not taken for the diff's header.
+    assert diff_rows("--- approved\n+++ now\n@@ -1 +1 @@\n--- x\n+++ y")[1:] == [
+        {"kind": "removed", "old": 1, "new": None, "text": "-- x"},
+        {"kind": "added", "old": None, "new": 1, "text": "++ y"},
+    ]
+    assert diff_rows("") == []

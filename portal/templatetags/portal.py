@@ -2,6 +2,8 @@ import json
 
 from django import template
 
+from servers.diffs import diff_rows
+
 register = template.Library()
 
 
@@ -15,3 +17,9 @@ def pretty_json(value: object) -> str:
 def words(value: str) -> str:
     """A stable code such as process_exited, as words: process exited."""
     return str(value).replace("_", " ")
+
+
+@register.inclusion_tag("servers/diff.html")
+def diff_table(diff: str) -> dict:
+    """A unified diff as a table, each line marked added or removed (servers/diffs.py)."""
+    return {"rows": diff_rows(diff or "")}

@@ -14,6 +14,7 @@ What this adds to the SDK's provider (re-check these private hooks on every SDK 
 - the seeds' discovery order: an admin-configured metadata URL (https only) first, then
   RFC 9728 + RFC 8414/OIDC (the SDK), then path-aware RFC 8414 for servers without RFC 9728;
 - at most `max_authorizations` interactive authorizations per provider (step-up loops end);
+- a dynamic registration made for another redirect URI is made again before an authorization;
 - without an interactive handler, a needed authorization raises AuthorizationRequired at once.
 """
 
@@ -41,7 +42,7 @@ from mcp.shared.auth import (
     ProtectedResourceMetadata,
 )
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
-from pydantic import ValidationError
+from pydantic import AnyUrl, ValidationError
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,26 @@ class AuthorizationRequired(OAuthFlowError):
     def __init__(self, message: str, scope: str | None = None):
         super().__init__(message)
         self.scope = scope
+
+
+class AuthorizationRefused(OAuthFlowError):
+    """The authorization server sent the browser back with an error instead of a code."""
+
+
+class _ExpectedAuthorization(logging.Filter):
+    """Drops the SDK's "OAuth flow error" traceback for an outcome that is no fault of the code.
+
+    The SDK logs every exception of its flow with a traceback. A server asking for an authorization
+    no one is there to give (a Test connection, a call before Connect) is expected, and
+    `_no_one_to_ask` says so in one line; a refusal on the callback is the person's or the server's
+    answer, which the flow's caller logs and explains.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], AuthorizationRequired | AuthorizationRefused))
+
+
+logging.getLogger("mcp.client.auth.oauth2").addFilter(_ExpectedAuthorization())
 
 
 @dataclass
@@ -145,6 +166,14 @@ def auth_failure(exc: BaseException | None) -> Any:
         # runs the flow in their browser, where this error is shown again if it persists.
         return Failure("needs_auth", f"Connect your account: the server asks for authorization ({exc}).")
     return None
+
+
+def registered_for(client_info: OAuthClientInformationFull | None, redirect_uri: str) -> bool:
+    """Whether a stored registration may send the browser back to `redirect_uri` (True when it names none)."""
+    if client_info is None or not client_info.redirect_uris:
+        return True
+    wanted = str(AnyUrl(redirect_uri))
+    return any(str(uri) == wanted for uri in client_info.redirect_uris)
 
 
 def normalize_oauth_error_body(status: int, body: bytes) -> tuple[int, str | None]:
@@ -241,6 +270,7 @@ class PortalOAuthProvider(OAuthClientProvider):
     async def _no_one_to_ask(self, url: str) -> None:
         scope = parse_qs(urlparse(url).query).get("scope", [None])[0]
         await self.store.note_required_scope(scope)
+        log.info("OAuth: %s needs an authorization and no one is there to give it", self.context.server_url)
         raise AuthorizationRequired("the server needs you to authorize the portal", scope)
 
     async def _no_callback(self) -> AuthorizationCodeResult:  # pragma: no cover - never reached
@@ -264,6 +294,15 @@ class PortalOAuthProvider(OAuthClientProvider):
             )
         else:
             self.context.client_info = stored.client_info
+            if self.interactive and not registered_for(stored.client_info, self.settings.redirect_uri):
+                # Registered for another redirect URI (SITE_URL changed): the server would refuse the
+                # authorization ("unknown client or redirect_uri"), so the SDK registers again. A
+                # provider without a person keeps it: refreshing needs no redirect URI.
+                log.info(
+                    "OAuth client for %s was registered for another redirect URI; registering again",
+                    self.context.server_url,
+                )
+                self.context.client_info = None
         discovery = stored.discovery
         if discovery.oauth_metadata is not None and self.context.oauth_metadata is None:
             self.context.oauth_metadata = discovery.oauth_metadata

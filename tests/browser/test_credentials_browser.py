@@ -25,6 +25,9 @@ def test_connect_goes_through_the_consent_page_and_back_and_calls_as_that_user(
     page.goto("/credentials/")
     card = page.locator(f"#server-{oauth_server.pk}")
     expect(card.get_by_text("not connected", exact=True)).to_be_visible()
+    # Nothing to revoke yet, and not "ready": whether the server needs an account is known only later.
+    expect(card.get_by_role("button", name="Revoke")).to_have_count(0)
+    expect(card.get_by_text("ready", exact=True)).to_have_count(0)
     card.get_by_role("button", name="Connect your account").click()
 
     # The authorization server's own page, in the same tab (the portal only redirected there).
@@ -38,6 +41,8 @@ def test_connect_goes_through_the_consent_page_and_back_and_calls_as_that_user(
     page.wait_for_url(re.compile(r"/credentials/"))
     expect(card.get_by_text("connected", exact=True)).to_be_visible()
     expect(card.get_by_role("button", name="Connect again")).to_be_visible()
+    expect(card.get_by_role("button", name="Revoke")).to_be_visible()
+    expect(card.get_by_text("ready", exact=True)).to_be_visible()
     page.screenshot(path=str(SCREENSHOTS / "credentials.png"))
     credential = Credential.objects.get(server=oauth_server, user=alice, kind="oauth")
     tokens = credential.open_json()["tokens"]
@@ -61,5 +66,6 @@ def test_deny_on_the_consent_page_comes_back_saying_so(page: Page, alice, oauth_
     page.wait_for_url(re.compile(r"/credentials/"))
     expect(page.get_by_text(re.compile("access_denied|denied", re.I)).first).to_be_visible()
     expect(card.get_by_text("not connected", exact=True)).to_be_visible()
+    expect(card.get_by_role("button", name="Revoke")).to_have_count(0)
     # Denied: no tokens were stored for alice (a row may remain, to carry the error).
     assert not Credential.objects.filter(server=oauth_server, user=alice, kind="oauth", has_tokens=True).exists()

@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from portal.site import serve_at
+
 
 class Command(BaseCommand):
     help = "Serve HTTP and WebSockets on one port (and, in the embedded mode, run the worker threads too)."
@@ -20,12 +22,15 @@ class Command(BaseCommand):
 
         from portal.asgi import application
 
+        # Before the worker starts: its OAuth flows register the redirect URI made from SITE_URL.
+        serve_at(host, port)
         if settings.EMBEDDED and not no_worker:
             from portal.embedded import start_worker
 
             start_worker()
         mode = "embedded: SQLite, in-memory broker and channel layer" if settings.EMBEDDED else "distributed"
         self.stdout.write(f"MCP Portal ({mode}) ready at http://{host}:{port}/", ending="\n")
+        self.stdout.write(f"OAuth redirect URI: {settings.PORTAL_OAUTH_REDIRECT_URI} (SITE_URL {settings.SITE_URL})")
         self.stdout.flush()
         Server(
             application=application,
