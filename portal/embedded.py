@@ -11,6 +11,7 @@ import logging
 import threading
 
 from django.conf import settings
+from django.db import DatabaseError
 
 from portal.celery import app
 
@@ -36,9 +37,26 @@ def start_worker(concurrency: int | None = None, hostname: str = "embedded@%h"):
 
 
 def stop_worker(worker) -> None:
-    from sessions.worker import shutdown_pool
+    """Stop the embedded worker: what is in flight ends as interrupted, then its threads and the pool stop.
 
+    Called by runportal once Daphne has stopped, before the interpreter begins to exit: at exit
+    Python first waits for every thread pool's threads (a call's waits on a form among them) and
+    shuts the executors the pool loop's database work needs. Called again at exit, it does nothing.
+    """
+    from sessions.actions import do_interrupt_approvals
+    from sessions.worker import interrupt_calls, shutdown_pool
+
+    if getattr(worker, "portal_stopped", False):
+        return
+    worker.portal_stopped = True
+    interrupt_calls()
     try:
+        # One process is the whole portal: nobody is left to answer an approval, nor a worker to run it.
+        do_interrupt_approvals()
+    except DatabaseError as exc:
+        log.warning("could not end the approvals still waiting: %s", exc)
+    try:
+        # Waits for the task threads: each records how its call ended (interrupted, now).
         worker.stop(in_sighandler=False, exitcode=0)
     except Exception:  # noqa: BLE001 - stopping at exit must not mask the real exit
         log.debug("embedded worker stop failed", exc_info=True)

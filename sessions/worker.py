@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from channels.db import database_sync_to_async
@@ -44,10 +44,17 @@ from .mcp.truncation import truncate_result
 from .models import Approval, ApprovalState, CallStatus, ElicitationState, SamplingState, ToolCall
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _pool: ConnectionPool | None = None
 _pool_lock = threading.Lock()
 _stopping = threading.Event()
+# The worker is stopping (Ctrl+C, SIGTERM, Celery's warm shutdown): what is in flight on the pool
+# ends now, calls as interrupted, and no call starts (see interrupt_calls).
+_interrupting = threading.Event()
+# The work of tasks in flight on the pool loop, and those of it told to end (touched only on the loop).
+_in_flight: set[asyncio.Task[Any]] = set()
+_interrupted: set[asyncio.Task[Any]] = set()
 _heartbeat: threading.Thread | None = None
 HEARTBEAT_KEY = "portal:worker-heartbeat"
 
@@ -69,8 +76,62 @@ def get_pool() -> ConnectionPool:
         return _pool
 
 
+class Interrupted(Exception):
+    """The worker stopped before this work ended."""
+
+
+async def _stoppable(work: Coroutine[Any, Any, T]) -> T:
+    """`work` (a task's, on the pool loop) where a stopping worker can end it: raises Interrupted then."""
+    task = asyncio.current_task()
+    assert task is not None
+    if _interrupting.is_set():
+        work.close()
+        raise Interrupted
+    _in_flight.add(task)
+    try:
+        return await work
+    except BaseException:
+        # Whatever the cancellation turned into on its way out (a failed connect, say), it was the stop.
+        if task in _interrupted:
+            raise Interrupted from None
+        raise
+    finally:
+        _in_flight.discard(task)
+        _interrupted.discard(task)
+
+
+def interrupt_calls() -> None:
+    """The worker is stopping: end the work in flight on its pool now, and start no call from here on.
+
+    A call ends as interrupted (its open forms and sampling requests with it), recorded and
+    announced by the task thread that ran it; so this returns at once, and whoever stops the
+    worker waits for those threads (Celery's warm shutdown; portal/embedded.py). Without it a
+    stop waits for every form's timeout, five minutes by default.
+    """
+    _interrupting.set()
+    pool = _pool
+    loop = pool.started_loop if pool is not None else None
+    if loop is None:
+        return
+
+    def interrupt() -> None:
+        for task in list(_in_flight):
+            _interrupted.add(task)
+            task.cancel()
+
+    with contextlib.suppress(RuntimeError):  # a loop already closed has nothing in flight
+        loop.call_soon_threadsafe(interrupt)
+
+
+def _interrupted_outcome(started: float) -> CallOutcome:
+    duration_ms = round((time.monotonic() - started) * 1000, 3)
+    failure = Failure("interrupted", actions.INTERRUPTED_REASON)
+    return CallOutcome(CallStatus.INTERRUPTED, failure=failure, duration_ms=duration_ms)
+
+
 def shutdown_pool() -> None:
     global _pool
+    interrupt_calls()  # in case the worker's stop did not say so first
     _stopping.set()  # no more heartbeats: the router must stop sending calls here
     heartbeat = _heartbeat
     if heartbeat is not None and heartbeat is not threading.current_thread():
@@ -85,6 +146,12 @@ def shutdown_pool() -> None:
         pool, _pool = _pool, None
     if pool is not None:
         pool.shutdown()
+    try:
+        # Closing each connection cleared its status already, unless its record was lost in the rush:
+        # nothing of this worker may show "connected" once it is gone.
+        actions.do_clear_connection_statuses(WORKER_NAME)
+    except DatabaseError as exc:
+        log.warning("could not clear the connection statuses of %s: %s", WORKER_NAME, exc)
 
 
 def user_group(user_id: int) -> str:
@@ -204,6 +271,10 @@ def publish(user_id: int, event: dict[str, Any]) -> None:
 def execute_tool_call(call_id: str) -> None:
     """Run one recorded call to its end. Whatever happens, the record ends with a status,
     unless the call now waits for a person: then their answer, or its timeout, ends it."""
+    if _interrupting.is_set():
+        # Left pending: the sweep of a worker still running (or of this one, started again) sends it again.
+        log.info("not starting call %s: this worker is stopping", call_id)
+        return
     # The channel the call will listen on is named now, so claiming records it in the same write.
     channel = get_pool().run(get_channel_layer().new_channel(), timeout=10)
     if not actions.do_claim_tool_call(call_id, WORKER_NAME, channel):
@@ -419,7 +490,9 @@ def _call_prepared(
         return both[1]
 
     try:
-        tools = pool.run(listed(), timeout=backstop)
+        tools = pool.run(_stoppable(listed()), timeout=backstop)
+    except Interrupted:
+        return _interrupted_outcome(started)
     except ConnectionFailed as exc:
         return CallOutcome(CallStatus.FAILED, failure=exc.failure)
     except concurrent.futures.TimeoutError:
@@ -444,21 +517,25 @@ def _call_prepared(
     # room for a few forms, each bounded by its own timeout.
     backstop += 3 * server.seconds_to_answer
     future = pool.submit(
-        _converse(
-            call_id,
-            user_id,
-            on_progress,
-            on_log,
-            prepared.scrub,
-            pool.call_tool,
-            key,
-            config,
-            call,
-            server.seconds_to_answer,
+        _stoppable(
+            _converse(
+                call_id,
+                user_id,
+                on_progress,
+                on_log,
+                prepared.scrub,
+                pool.call_tool,
+                key,
+                config,
+                call,
+                server.seconds_to_answer,
+            )
         )
     )
     try:
         return future.result(timeout=backstop)
+    except Interrupted:
+        return _interrupted_outcome(started)
     except concurrent.futures.TimeoutError:
         future.cancel()
         return CallOutcome(CallStatus.TIMED_OUT, failure=Failure("timeout", f"the worker gave up after {backstop:g} s"))
@@ -666,9 +743,10 @@ async def _converse(
         for answer in list(waiting.values()):
             if not answer.done():
                 answer.set_result({"action": "cancel"})
-        closed = await database_sync_to_async(actions.do_close_elicitations)(call_id) if asked else []
+        state = ElicitationState.INTERRUPTED if _interrupting.is_set() else ElicitationState.CANCELLED
+        closed = await database_sync_to_async(actions.do_close_elicitations)(call_id, state) if asked else []
         for kind, rid in closed:
-            await _publish(user_id, {"type": f"{kind}.ended", "call": call_id, kind: rid, "state": "cancel"})
+            await _publish(user_id, {"type": f"{kind}.ended", "call": call_id, kind: rid, "state": str(state)})
 
 
 # -- listing and testing -----------------------------------------------------------------
@@ -691,7 +769,9 @@ def _with_credentials(server: Server, user_id: int, work: PoolWork) -> Any:
     try:
         if prepared.failure is not None:
             raise ConnectionFailed(prepared.failure)
-        return prepared.scrub(pool.run(work(pool, prepared.key, config), timeout=backstop))
+        return prepared.scrub(pool.run(_stoppable(work(pool, prepared.key, config)), timeout=backstop))
+    except Interrupted:
+        raise ConnectionFailed(Failure("interrupted", "the portal stopped before the server answered")) from None
     except ConnectionFailed as exc:
         raise ConnectionFailed(credentials.settle_failure(server, user_id, prepared, exc.failure)) from None
     except concurrent.futures.TimeoutError:
@@ -867,6 +947,7 @@ def start_heartbeat(name: str = WORKER_NAME) -> threading.Thread:
     its own; and keep the sessions it holds routed to it (sessions/affinity.py)."""
     interval = settings.PORTAL_WORKER_HEARTBEAT_SECONDS
     _stopping.clear()
+    _interrupting.clear()  # a worker started (again) runs calls
 
     sweeper = Sweeper(name)
 

@@ -567,6 +567,11 @@ class ConnectionPool:
     def loop(self) -> asyncio.AbstractEventLoop:
         return self.start()
 
+    @property
+    def started_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The loop if it runs, without starting one (for a worker that is stopping)."""
+        return self._loop
+
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Run a coroutine on the pool's loop from any other thread."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
