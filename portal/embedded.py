@@ -20,6 +20,12 @@ log = logging.getLogger(__name__)
 
 def start_worker(concurrency: int | None = None, hostname: str = "embedded@%h"):
     """Start a Celery worker on a thread pool, in a daemon thread; returns the WorkController."""
+    from sessions.worker import forget_gone_local_workers
+
+    try:
+        forget_gone_local_workers()  # what a portal killed outright left showing "connected"
+    except DatabaseError as exc:
+        log.warning("could not clear the connection statuses of stopped workers: %s", exc)
     worker = app.WorkController(
         hostname=hostname,
         pool_cls="threads",

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -41,7 +42,7 @@ from .mcp.pool import CallHooks, CallOutcome, ConnectionPool, PoolEvents, PoolSe
 from .mcp.schema import validate_arguments
 from .mcp.secrets import Scrubber
 from .mcp.truncation import truncate_result
-from .models import Approval, ApprovalState, CallStatus, ElicitationState, SamplingState, ToolCall
+from .models import Approval, ApprovalState, CallStatus, ConnectionStatus, ElicitationState, SamplingState, ToolCall
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -1049,3 +1050,25 @@ class Sweeper:
 
 def last_heartbeat() -> dict[str, Any] | None:
     return cache.get(HEARTBEAT_KEY)
+
+
+def forget_gone_local_workers() -> int:
+    """Remove the connection statuses left by workers of this machine that no longer run (a portal
+    killed outright cannot clear its own): after a restart no server shows "connected" with nothing
+    open. Only for the embedded mode, where every worker is a process here (WORKER_NAME is host:pid)."""
+    host = f"{WORKER_NAME.rsplit(':', 1)[0]}:"
+    workers = ConnectionStatus.objects.filter(worker__startswith=host).values_list("worker", flat=True).distinct()
+    gone = [name for name in workers.order_by() if not _process_runs(name.removeprefix(host))]
+    return sum(actions.do_clear_connection_statuses(name) for name in gone)
+
+
+def _process_runs(pid: str) -> bool:
+    if not pid.isdigit():
+        return True  # not a name this code made: not ours to judge
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it runs, as someone else
+    return True

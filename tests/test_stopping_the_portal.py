@@ -25,6 +25,7 @@ from sessions.models import (
     CallStatus,
     ConnectionStatus,
     Elicitation,
+    SamplingRequest,
     ToolCall,
 )
 from tests.browser.conftest import _portal_env, _wait_until_healthy
@@ -133,6 +134,26 @@ def test_it_stops_within_five_seconds_and_the_waiting_call_ends_interrupted(alic
 
 
 @embedded_only
+def test_a_sampling_request_open_when_the_portal_stops_ends_interrupted(alice, demo_server, portal):
+    cookie = session_cookie(alice)
+
+    async def scenario() -> str:
+        async with DaphneSocket(portal.socket_address, cookie) as ws:
+            call_id = await start(ws, demo_server.pk, "summarize", {"text": "a long story"})
+            await until(ws, "sampling.requested", call=call_id, timeout=60)
+            return call_id
+
+    call_id = asyncio.run(scenario())
+    seconds = portal.stop(signal.SIGTERM)
+
+    assert seconds <= STOPPED_WITHIN, f"the portal took {seconds:.1f} s to stop"
+    assert "Traceback" not in portal.stderr, portal.stderr
+    call = ToolCall.objects.get(pk=call_id)
+    assert (call.status, call.error_kind) == (CallStatus.INTERRUPTED, "interrupted"), call.error
+    assert [ask.state for ask in SamplingRequest.objects.filter(call=call)] == ["interrupted"]
+
+
+@embedded_only
 def test_it_stops_within_five_seconds_while_a_tool_runs(alice, demo_server, portal):
     cookie = session_cookie(alice)
 
@@ -209,3 +230,17 @@ def test_a_workers_warm_shutdown_ends_its_calls_interrupted_within_five_seconds(
     assert call.status == CallStatus.INTERRUPTED and call.worker == name
     assert [form.state for form in Elicitation.objects.filter(call=call)] == ["interrupted"]
     assert not ConnectionStatus.objects.filter(worker=name).exists()
+
+
+def test_statuses_left_by_a_portal_killed_outright_are_cleared_when_the_next_one_starts(alice, demo_server):
+    from sessions.affinity import WORKER_NAME
+    from sessions.worker import forget_gone_local_workers
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    host = WORKER_NAME.rsplit(":", 1)[0]
+    for owner, worker in ((f"user:{alice.pk}", f"{host}:{gone.pid}"), ("user:999", WORKER_NAME)):
+        ConnectionStatus.objects.create(server=demo_server, owner=owner, status="connected", worker=worker)
+
+    assert forget_gone_local_workers() == 1
+    assert list(ConnectionStatus.objects.values_list("worker", flat=True)) == [WORKER_NAME]  # this one runs
