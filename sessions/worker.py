@@ -9,6 +9,7 @@ channel-layer group, from the pool loop so they stay in order.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -189,40 +190,40 @@ class WorkerEvents(PoolEvents):
 
     Called on the pool loop. The routing entry is written at once (the next call must find it);
     rows and browser events go through an ordered queue drained by one task, so a slow database
-    or channel layer never holds up a connection or a call.
+    or channel layer never holds up a connection or a call. The task runs only while there is
+    something to write and then ends: no coroutine waits on an empty queue between events, to be
+    left suspended there when the process exits (closed by the garbage collector at the
+    interpreter's exit, one parked in asyncio.Queue.get crashed it).
     """
 
     def __init__(self) -> None:
-        self._jobs: asyncio.Queue[Callable[[], Awaitable[None]]] | None = None
+        self._jobs: collections.deque[Callable[[], Awaitable[None]]] = collections.deque()
         self._drainer: asyncio.Task[None] | None = None
 
     def _later(self, job: Callable[[], Awaitable[None]]) -> None:
-        if self._jobs is None:
-            self._jobs = asyncio.Queue()
-            self._drainer = asyncio.get_running_loop().create_task(self._drain(self._jobs))
-        self._jobs.put_nowait(job)
+        self._jobs.append(job)
+        if self._drainer is None or self._drainer.done():
+            self._drainer = asyncio.get_running_loop().create_task(self._drain())
 
     async def settled(self) -> None:
         """Until every row and event queued so far is written and sent (a test's sync point)."""
-        if self._jobs is not None:
-            await self._jobs.join()
+        while self._drainer is not None and not self._drainer.done():
+            await asyncio.shield(self._drainer)
 
     async def aclose(self) -> None:
-        if self._jobs is not None and self._drainer is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._jobs.join(), 5.0)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.settled(), 5.0)
+        if self._drainer is not None:
             self._drainer.cancel()
 
-    @staticmethod
-    async def _drain(jobs: asyncio.Queue[Callable[[], Awaitable[None]]]) -> None:
-        while True:
-            job = await jobs.get()
+    async def _drain(self) -> None:
+        # Checked and ended without an await in between: a job added after the last check starts a new drainer.
+        while self._jobs:
+            job = self._jobs.popleft()
             try:
                 await job()
             except Exception:  # noqa: BLE001 - bookkeeping must never stop the queue
                 log.warning("could not record a connection event", exc_info=True)
-            finally:
-                jobs.task_done()
 
     async def status(self, key: ConnectionKey, config: ServerConfig, status: str, failure: Failure | None) -> None:
         try:
