@@ -11,6 +11,7 @@ import logging
 import threading
 
 from django.conf import settings
+from django.db import DatabaseError
 
 from portal.celery import app
 
@@ -19,6 +20,12 @@ log = logging.getLogger(__name__)
 
 def start_worker(concurrency: int | None = None, hostname: str = "embedded@%h"):
     """Start a Celery worker on a thread pool, in a daemon thread; returns the WorkController."""
+    from sessions.worker import forget_gone_local_workers
+
+    try:
+        forget_gone_local_workers()  # what a portal killed outright left showing "connected"
+    except DatabaseError as exc:
+        log.warning("could not clear the connection statuses of stopped workers: %s", exc)
     worker = app.WorkController(
         hostname=hostname,
         pool_cls="threads",
@@ -36,9 +43,26 @@ def start_worker(concurrency: int | None = None, hostname: str = "embedded@%h"):
 
 
 def stop_worker(worker) -> None:
-    from sessions.worker import shutdown_pool
+    """Stop the embedded worker: what is in flight ends as interrupted, then its threads and the pool stop.
 
+    Called by runportal once Daphne has stopped, before the interpreter begins to exit: at exit
+    Python first waits for every thread pool's threads (a call's waits on a form among them) and
+    shuts the executors the pool loop's database work needs. Called again at exit, it does nothing.
+    """
+    from sessions.actions import do_interrupt_approvals
+    from sessions.worker import interrupt_calls, shutdown_pool
+
+    if getattr(worker, "portal_stopped", False):
+        return
+    worker.portal_stopped = True
+    interrupt_calls()
     try:
+        # One process is the whole portal: nobody is left to answer an approval, nor a worker to run it.
+        do_interrupt_approvals()
+    except DatabaseError as exc:
+        log.warning("could not end the approvals still waiting: %s", exc)
+    try:
+        # Waits for the task threads: each records how its call ended (interrupted, now).
         worker.stop(in_sighandler=False, exitcode=0)
     except Exception:  # noqa: BLE001 - stopping at exit must not mask the real exit
         log.debug("embedded worker stop failed", exc_info=True)

@@ -534,14 +534,50 @@ def do_answer_sampling(sampling_id: Any, state: str, reply: str = "") -> bool:
 
 
 @transaction.atomic
-def do_close_elicitations(call_id: str) -> list[tuple[str, str]]:
-    """The call ended with forms or sampling requests still open: they are closed as cancelled.
-    Returns (kind, id) for each, kind "elicitation" or "sampling"."""
+def do_close_elicitations(call_id: str, state: str = ElicitationState.CANCELLED) -> list[tuple[str, str]]:
+    """The call ended with forms or sampling requests still open: they are closed as cancelled (or
+    `state`: "interrupted" when the portal stopped). Returns (kind, id) for each, kind "elicitation"
+    or "sampling"."""
     now = timezone.now()
     forms = Elicitation.objects.select_for_update().filter(call_id=call_id, state=ElicitationState.PENDING)
     form_ids = [str(pk) for pk in forms.values_list("pk", flat=True)]
-    Elicitation.objects.filter(pk__in=form_ids).update(state=ElicitationState.CANCELLED, answered_at=now)
+    Elicitation.objects.filter(pk__in=form_ids).update(state=ElicitationState(state), answered_at=now)
     asks = SamplingRequest.objects.select_for_update().filter(call_id=call_id, state=SamplingState.PENDING)
     ask_ids = [str(pk) for pk in asks.values_list("pk", flat=True)]
-    SamplingRequest.objects.filter(pk__in=ask_ids).update(state=SamplingState.CANCELLED, answered_at=now)
+    SamplingRequest.objects.filter(pk__in=ask_ids).update(state=SamplingState(state), answered_at=now)
     return [("elicitation", i) for i in form_ids] + [("sampling", i) for i in ask_ids]
+
+
+# -- stopping ---------------------------------------------------------------------------
+
+INTERRUPTED_REASON = "The portal stopped before the call ended; the server may or may not have carried it out."
+NOT_ASKED_REASON = "The portal stopped while the call waited for your approval; call the tool again."
+
+
+def do_interrupt_approvals() -> int:
+    """The whole portal stops (the embedded mode): every approval still waiting ends as interrupted,
+    and its call with it, each audited. Returns how many. (In the distributed mode approvals belong
+    to no worker: a worker that stops leaves them to the others.)"""
+    ended = 0
+    with transaction.atomic():
+        waiting = (
+            Approval.objects.select_for_update(of=("self",))
+            .select_related("call__server", "call__user")
+            .filter(state=ApprovalState.PENDING)
+        )
+        for approval in waiting:
+            approval.state = ApprovalState.INTERRUPTED
+            approval.answered_at = timezone.now()
+            approval.save(update_fields=["state", "answered_at"])
+            decision = {**approval.decision, "effect": "interrupted"}
+            audit.record_for_call(AuditKind.APPROVAL, approval.call, decision=decision, outcome=CallStatus.INTERRUPTED)
+            _end_waiting_call(approval.call, CallStatus.INTERRUPTED, NOT_ASKED_REASON, "interrupted")
+            _notify_on_commit(approval.call.user_id, _ended_event(approval))
+            ended += 1
+    return ended
+
+
+def do_clear_connection_statuses(worker: str) -> int:
+    """A worker stopped: the connections it reported are gone with it (none may show "connected" after)."""
+    deleted, _ = ConnectionStatus.objects.filter(worker=worker).delete()
+    return deleted

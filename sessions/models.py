@@ -25,6 +25,8 @@ class CallStatus(models.TextChoices):
     TIMED_OUT = "timed_out", "Timed out"
     REJECTED = "rejected", "Rejected"
     CANCELLED = "cancelled", "Cancelled"
+    # The portal (or the worker running the call) stopped before the call ended.
+    INTERRUPTED = "interrupted", "Interrupted"
 
 
 FINISHED = frozenset(
@@ -35,6 +37,7 @@ FINISHED = frozenset(
         CallStatus.TIMED_OUT,
         CallStatus.REJECTED,
         CallStatus.CANCELLED,
+        CallStatus.INTERRUPTED,
     }
 )
 
@@ -154,6 +157,7 @@ class ApprovalState(models.TextChoices):
     APPROVED = "approved", "Approved"
     DECLINED = "declined", "Declined"
     EXPIRED = "expired", "Timed out"
+    INTERRUPTED = "interrupted", "Interrupted"
 
 
 class Approval(models.Model):
@@ -167,7 +171,7 @@ class Approval(models.Model):
     fingerprint = models.CharField(max_length=64)
     diff = models.TextField(blank=True)
     decision = models.JSONField(default=dict)
-    state = models.CharField(max_length=10, choices=ApprovalState.choices, default=ApprovalState.PENDING)
+    state = models.CharField(max_length=12, choices=ApprovalState.choices, default=ApprovalState.PENDING)
     remember = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
@@ -274,6 +278,7 @@ class ElicitationState(models.TextChoices):
     DECLINED = "decline", "Declined"
     CANCELLED = "cancel", "Cancelled"
     TIMED_OUT = "timed_out", "Timed out"
+    INTERRUPTED = "interrupted", "Interrupted"
 
 
 class Elicitation(models.Model):
@@ -302,6 +307,7 @@ class SamplingState(models.TextChoices):
     DECLINED = "decline", "Declined"
     CANCELLED = "cancel", "Cancelled"
     TIMED_OUT = "timed_out", "Timed out"
+    INTERRUPTED = "interrupted", "Interrupted"
 
 
 class SamplingRequest(models.Model):

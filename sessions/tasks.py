@@ -1,7 +1,14 @@
 """Celery tasks: each takes ids and hands over to one function in worker.py or one action."""
 
 from celery import shared_task
-from celery.signals import task_postrun, task_prerun, worker_init, worker_process_shutdown, worker_shutdown
+from celery.signals import (
+    task_postrun,
+    task_prerun,
+    worker_init,
+    worker_process_shutdown,
+    worker_shutdown,
+    worker_shutting_down,
+)
 from django.db import close_old_connections
 
 from . import actions, affinity, credentials, oauth, worker
@@ -80,6 +87,13 @@ def _on_worker_init(sender=None, **_kwargs) -> None:
         sender.app.amqp.queues.select_add(affinity.own_queue())
     worker.start_heartbeat()
     credentials.start_listener(worker.get_pool())
+
+
+@worker_shutting_down.connect
+def _on_worker_shutting_down(sender=None, **_kwargs) -> None:
+    # Sent as the warm shutdown begins, before Celery waits for the running tasks: the calls they run
+    # end now, as interrupted, instead of holding the stop until every open form times out.
+    worker.interrupt_calls()
 
 
 @worker_shutdown.connect

@@ -9,16 +9,18 @@ channel-layer group, from the pool loop so they stay in order.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from channels.db import database_sync_to_async
@@ -41,13 +43,20 @@ from .mcp.pool import CallHooks, CallOutcome, ConnectionPool, PoolEvents, PoolSe
 from .mcp.schema import validate_arguments
 from .mcp.secrets import Scrubber
 from .mcp.truncation import truncate_result
-from .models import Approval, ApprovalState, CallStatus, ElicitationState, SamplingState, ToolCall
+from .models import Approval, ApprovalState, CallStatus, ConnectionStatus, ElicitationState, SamplingState, ToolCall
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _pool: ConnectionPool | None = None
 _pool_lock = threading.Lock()
 _stopping = threading.Event()
+# The worker is stopping (Ctrl+C, SIGTERM, Celery's warm shutdown): what is in flight on the pool
+# ends now, calls as interrupted, and no call starts (see interrupt_calls).
+_interrupting = threading.Event()
+# The work of tasks in flight on the pool loop, and those of it told to end (touched only on the loop).
+_in_flight: set[asyncio.Task[Any]] = set()
+_interrupted: set[asyncio.Task[Any]] = set()
 _heartbeat: threading.Thread | None = None
 HEARTBEAT_KEY = "portal:worker-heartbeat"
 
@@ -69,8 +78,62 @@ def get_pool() -> ConnectionPool:
         return _pool
 
 
+class Interrupted(Exception):
+    """The worker stopped before this work ended."""
+
+
+async def _stoppable(work: Coroutine[Any, Any, T]) -> T:
+    """`work` (a task's, on the pool loop) where a stopping worker can end it: raises Interrupted then."""
+    task = asyncio.current_task()
+    assert task is not None
+    if _interrupting.is_set():
+        work.close()
+        raise Interrupted
+    _in_flight.add(task)
+    try:
+        return await work
+    except BaseException:
+        # Whatever the cancellation turned into on its way out (a failed connect, say), it was the stop.
+        if task in _interrupted:
+            raise Interrupted from None
+        raise
+    finally:
+        _in_flight.discard(task)
+        _interrupted.discard(task)
+
+
+def interrupt_calls() -> None:
+    """The worker is stopping: end the work in flight on its pool now, and start no call from here on.
+
+    A call ends as interrupted (its open forms and sampling requests with it), recorded and
+    announced by the task thread that ran it; so this returns at once, and whoever stops the
+    worker waits for those threads (Celery's warm shutdown; portal/embedded.py). Without it a
+    stop waits for every form's timeout, five minutes by default.
+    """
+    _interrupting.set()
+    pool = _pool
+    loop = pool.started_loop if pool is not None else None
+    if loop is None:
+        return
+
+    def interrupt() -> None:
+        for task in list(_in_flight):
+            _interrupted.add(task)
+            task.cancel()
+
+    with contextlib.suppress(RuntimeError):  # a loop already closed has nothing in flight
+        loop.call_soon_threadsafe(interrupt)
+
+
+def _interrupted_outcome(started: float) -> CallOutcome:
+    duration_ms = round((time.monotonic() - started) * 1000, 3)
+    failure = Failure("interrupted", actions.INTERRUPTED_REASON)
+    return CallOutcome(CallStatus.INTERRUPTED, failure=failure, duration_ms=duration_ms)
+
+
 def shutdown_pool() -> None:
     global _pool
+    interrupt_calls()  # in case the worker's stop did not say so first
     _stopping.set()  # no more heartbeats: the router must stop sending calls here
     heartbeat = _heartbeat
     if heartbeat is not None and heartbeat is not threading.current_thread():
@@ -85,6 +148,12 @@ def shutdown_pool() -> None:
         pool, _pool = _pool, None
     if pool is not None:
         pool.shutdown()
+    try:
+        # Closing each connection cleared its status already, unless its record was lost in the rush:
+        # nothing of this worker may show "connected" once it is gone.
+        actions.do_clear_connection_statuses(WORKER_NAME)
+    except DatabaseError as exc:
+        log.warning("could not clear the connection statuses of %s: %s", WORKER_NAME, exc)
 
 
 def user_group(user_id: int) -> str:
@@ -121,40 +190,40 @@ class WorkerEvents(PoolEvents):
 
     Called on the pool loop. The routing entry is written at once (the next call must find it);
     rows and browser events go through an ordered queue drained by one task, so a slow database
-    or channel layer never holds up a connection or a call.
+    or channel layer never holds up a connection or a call. The task runs only while there is
+    something to write and then ends: no coroutine waits on an empty queue between events, to be
+    left suspended there when the process exits (closed by the garbage collector at the
+    interpreter's exit, one parked in asyncio.Queue.get crashed it).
     """
 
     def __init__(self) -> None:
-        self._jobs: asyncio.Queue[Callable[[], Awaitable[None]]] | None = None
+        self._jobs: collections.deque[Callable[[], Awaitable[None]]] = collections.deque()
         self._drainer: asyncio.Task[None] | None = None
 
     def _later(self, job: Callable[[], Awaitable[None]]) -> None:
-        if self._jobs is None:
-            self._jobs = asyncio.Queue()
-            self._drainer = asyncio.get_running_loop().create_task(self._drain(self._jobs))
-        self._jobs.put_nowait(job)
+        self._jobs.append(job)
+        if self._drainer is None or self._drainer.done():
+            self._drainer = asyncio.get_running_loop().create_task(self._drain())
 
     async def settled(self) -> None:
         """Until every row and event queued so far is written and sent (a test's sync point)."""
-        if self._jobs is not None:
-            await self._jobs.join()
+        while self._drainer is not None and not self._drainer.done():
+            await asyncio.shield(self._drainer)
 
     async def aclose(self) -> None:
-        if self._jobs is not None and self._drainer is not None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._jobs.join(), 5.0)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.settled(), 5.0)
+        if self._drainer is not None:
             self._drainer.cancel()
 
-    @staticmethod
-    async def _drain(jobs: asyncio.Queue[Callable[[], Awaitable[None]]]) -> None:
-        while True:
-            job = await jobs.get()
+    async def _drain(self) -> None:
+        # Checked and ended without an await in between: a job added after the last check starts a new drainer.
+        while self._jobs:
+            job = self._jobs.popleft()
             try:
                 await job()
             except Exception:  # noqa: BLE001 - bookkeeping must never stop the queue
                 log.warning("could not record a connection event", exc_info=True)
-            finally:
-                jobs.task_done()
 
     async def status(self, key: ConnectionKey, config: ServerConfig, status: str, failure: Failure | None) -> None:
         try:
@@ -204,6 +273,10 @@ def publish(user_id: int, event: dict[str, Any]) -> None:
 def execute_tool_call(call_id: str) -> None:
     """Run one recorded call to its end. Whatever happens, the record ends with a status,
     unless the call now waits for a person: then their answer, or its timeout, ends it."""
+    if _interrupting.is_set():
+        # Left pending: the sweep of a worker still running (or of this one, started again) sends it again.
+        log.info("not starting call %s: this worker is stopping", call_id)
+        return
     # The channel the call will listen on is named now, so claiming records it in the same write.
     channel = get_pool().run(get_channel_layer().new_channel(), timeout=10)
     if not actions.do_claim_tool_call(call_id, WORKER_NAME, channel):
@@ -419,7 +492,9 @@ def _call_prepared(
         return both[1]
 
     try:
-        tools = pool.run(listed(), timeout=backstop)
+        tools = pool.run(_stoppable(listed()), timeout=backstop)
+    except Interrupted:
+        return _interrupted_outcome(started)
     except ConnectionFailed as exc:
         return CallOutcome(CallStatus.FAILED, failure=exc.failure)
     except concurrent.futures.TimeoutError:
@@ -444,21 +519,25 @@ def _call_prepared(
     # room for a few forms, each bounded by its own timeout.
     backstop += 3 * server.seconds_to_answer
     future = pool.submit(
-        _converse(
-            call_id,
-            user_id,
-            on_progress,
-            on_log,
-            prepared.scrub,
-            pool.call_tool,
-            key,
-            config,
-            call,
-            server.seconds_to_answer,
+        _stoppable(
+            _converse(
+                call_id,
+                user_id,
+                on_progress,
+                on_log,
+                prepared.scrub,
+                pool.call_tool,
+                key,
+                config,
+                call,
+                server.seconds_to_answer,
+            )
         )
     )
     try:
         return future.result(timeout=backstop)
+    except Interrupted:
+        return _interrupted_outcome(started)
     except concurrent.futures.TimeoutError:
         future.cancel()
         return CallOutcome(CallStatus.TIMED_OUT, failure=Failure("timeout", f"the worker gave up after {backstop:g} s"))
@@ -666,9 +745,10 @@ async def _converse(
         for answer in list(waiting.values()):
             if not answer.done():
                 answer.set_result({"action": "cancel"})
-        closed = await database_sync_to_async(actions.do_close_elicitations)(call_id) if asked else []
+        state = ElicitationState.INTERRUPTED if _interrupting.is_set() else ElicitationState.CANCELLED
+        closed = await database_sync_to_async(actions.do_close_elicitations)(call_id, state) if asked else []
         for kind, rid in closed:
-            await _publish(user_id, {"type": f"{kind}.ended", "call": call_id, kind: rid, "state": "cancel"})
+            await _publish(user_id, {"type": f"{kind}.ended", "call": call_id, kind: rid, "state": str(state)})
 
 
 # -- listing and testing -----------------------------------------------------------------
@@ -691,7 +771,9 @@ def _with_credentials(server: Server, user_id: int, work: PoolWork) -> Any:
     try:
         if prepared.failure is not None:
             raise ConnectionFailed(prepared.failure)
-        return prepared.scrub(pool.run(work(pool, prepared.key, config), timeout=backstop))
+        return prepared.scrub(pool.run(_stoppable(work(pool, prepared.key, config)), timeout=backstop))
+    except Interrupted:
+        raise ConnectionFailed(Failure("interrupted", "the portal stopped before the server answered")) from None
     except ConnectionFailed as exc:
         raise ConnectionFailed(credentials.settle_failure(server, user_id, prepared, exc.failure)) from None
     except concurrent.futures.TimeoutError:
@@ -870,6 +952,7 @@ def start_heartbeat(name: str = WORKER_NAME) -> threading.Thread:
     its own; and keep the sessions it holds routed to it (sessions/affinity.py)."""
     interval = settings.PORTAL_WORKER_HEARTBEAT_SECONDS
     _stopping.clear()
+    _interrupting.clear()  # a worker started (again) runs calls
 
     sweeper = Sweeper(name)
 
@@ -971,3 +1054,25 @@ class Sweeper:
 
 def last_heartbeat() -> dict[str, Any] | None:
     return cache.get(HEARTBEAT_KEY)
+
+
+def forget_gone_local_workers() -> int:
+    """Remove the connection statuses left by workers of this machine that no longer run (a portal
+    killed outright cannot clear its own): after a restart no server shows "connected" with nothing
+    open. Only for the embedded mode, where every worker is a process here (WORKER_NAME is host:pid)."""
+    host = f"{WORKER_NAME.rsplit(':', 1)[0]}:"
+    workers = ConnectionStatus.objects.filter(worker__startswith=host).values_list("worker", flat=True).distinct()
+    gone = [name for name in workers.order_by() if not _process_runs(name.removeprefix(host))]
+    return sum(actions.do_clear_connection_statuses(name) for name in gone)
+
+
+def _process_runs(pid: str) -> bool:
+    if not pid.isdigit():
+        return True  # not a name this code made: not ours to judge
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it runs, as someone else
+    return True

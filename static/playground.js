@@ -17,6 +17,7 @@ const TERMINAL_LABELS = {
   timed_out: "Timed out",
   rejected: "Rejected",
   cancelled: "Cancelled",
+  interrupted: "Interrupted: the portal stopped",
 };
 const EFFECT_LABELS = { allow: "runs without asking", ask: "asks you first", deny: "denied" };
 

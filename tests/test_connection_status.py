@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
+import uuid
 
 import pytest
 from django.test import Client
 
 from servers.models import Server
 from sessions.models import ConnectionStatus
-from tests.conftest import ServerProcess
+from tests.conftest import DEMO_ARGS, DEMO_COMMAND, ROOT, ServerProcess
 from tests.ws import Playground, session_cookie
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
@@ -139,3 +142,51 @@ def test_a_changed_tool_list_reaches_the_open_playground(alice, demo_server):
     assert changed == {"type": "tools.changed", "server": demo_server.pk}
     extra = next(t for t in tools["tools"] if t["name"] == "extra")
     assert extra["full_name"] == "mcp__demo__extra" and extra["summary"]
+
+
+def server_processes(token: str) -> list[int]:
+    """The stdio server's own processes (not the sandbox around them), found by a token on their
+    command line: in the sandbox's PID namespace the server's pid means nothing out here."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                argv = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if token.encode() in argv and not os.path.basename(argv[0]).startswith(b"bwrap"):
+            found.append(int(pid))
+    return found
+
+
+def test_a_stdio_server_that_exits_while_idle_is_noticed_at_once_and_the_next_call_reconnects(alice):
+    token = f"idle-{uuid.uuid4().hex}"
+    server = Server.objects.create(
+        team=alice.memberships.get().team,
+        name="demo",
+        transport="stdio",
+        command=DEMO_COMMAND,
+        args=[*DEMO_ARGS, "stdio", "--host", token],
+        cwd=str(ROOT),
+        request_timeout=10,
+        created_by=alice,
+    )
+    cookie = session_cookie(alice)
+
+    async def scenario():
+        async with Playground(cookie) as ws:
+            first = await ws.call(server.pk, "echo", {"message": "one"})
+            await seen_or_next(ws, "connection.status", server=server.pk, status="connected")
+            (pid,) = server_processes(token)
+            os.kill(pid, signal.SIGKILL)
+            # No call is made: the connection's end is news by itself.
+            lost = await ws.until("connection.status", server=server.pk, timeout=10)
+            second = await ws.call(server.pk, "echo", {"message": "two"})
+            return first, pid, lost, second
+
+    first, killed, lost, second = run(scenario())
+    assert first["status"] == "succeeded"
+    assert (lost["status"], lost["error_kind"]) == ("failed", "process_exited"), lost
+    assert second["status"] == "succeeded", second  # the very next call, on a new connection
+    assert server_processes(token) not in ([], [killed])
+    eventually(lambda: ConnectionStatus.objects.filter(server=server, status="connected").exists())

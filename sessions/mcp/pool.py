@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 import anyio
 from mcp import Client, types
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_REQUEST
+from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST
 
 from .config import MODERN_VERSION, ConnectionKey, Negotiated, ServerConfig
 from .errors import (
@@ -178,6 +178,45 @@ class RequestTimedOut(Exception):
         self.seconds = seconds
 
 
+class WatchedReadStream:
+    """The transport's read stream, telling the connection when it ends: the server closed it (a stdio
+    process that exited, an event stream that dropped), so the session is dead even while no call
+    uses it. Everything else is the stream's own (the SDK reads `last_context` off it, for one)."""
+
+    def __init__(self, inner: Any, on_end: Callable[[], None]):
+        self._inner = inner
+        self._on_end = on_end
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            self._on_end()
+            raise
+
+    def __aiter__(self) -> WatchedReadStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> WatchedReadStream:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> bool | None:
+        return await self._inner.__aexit__(*exc)
+
+
 @dataclass
 class Connection:
     key: ConnectionKey | None
@@ -225,10 +264,25 @@ class Connection:
             await self.close(graceful=False)
             raise ConnectionFailed(failure) from exc
 
+    @contextlib.asynccontextmanager
+    async def _watched(self, transport: contextlib.AbstractAsyncContextManager[Any]) -> Any:
+        async with transport as (read_stream, write_stream, *rest):
+            yield (WatchedReadStream(read_stream, self._transport_ended), write_stream, *rest)
+
+    def _transport_ended(self) -> None:
+        """The server's side ended by itself (not through close()): end the connection now, so the
+        pool drops it and says so at once, and the next call opens a new one instead of failing."""
+        if self._stop.is_set() or self._ready is None or not self._ready.done():
+            return
+        log.info("%s closed the connection", self.config.name)
+        if self.ended_by is None:
+            self.ended_by = MCPError(code=CONNECTION_CLOSED, message="Connection closed")
+        self._stop.set()
+
     def _client(self, config: ServerConfig) -> Client:
         mode, discover = config.connect_mode()
         return Client(
-            open_transport(config, self._errlog, self.http),
+            self._watched(open_transport(config, self._errlog, self.http)),
             mode=mode,
             prior_discover=types.DiscoverResult.model_validate(discover) if discover else None,
             client_info=CLIENT_INFO,
@@ -589,6 +643,11 @@ class ConnectionPool:
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
         return self.start()
+
+    @property
+    def started_loop(self) -> asyncio.AbstractEventLoop | None:
+        """The loop if it runs, without starting one (for a worker that is stopping)."""
+        return self._loop
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         """Run a coroutine on the pool's loop from any other thread."""

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
@@ -24,16 +28,37 @@ class Command(BaseCommand):
 
         # Before the worker starts: its OAuth flows register the redirect URI made from SITE_URL.
         serve_at(host, port)
+        worker = None
         if settings.EMBEDDED and not no_worker:
             from portal.embedded import start_worker
 
-            start_worker()
+            worker = start_worker()
         mode = "embedded: SQLite, in-memory broker and channel layer" if settings.EMBEDDED else "distributed"
         self.stdout.write(f"MCP Portal ({mode}) ready at http://{host}:{port}/", ending="\n")
         self.stdout.write(f"OAuth redirect URI: {settings.PORTAL_OAUTH_REDIRECT_URI} (SITE_URL {settings.SITE_URL})")
         self.stdout.flush()
-        Server(
-            application=application,
-            endpoints=build_endpoint_description_strings(host=host, port=port),
-            verbosity=0,
-        ).run()
+        try:
+            # Ctrl+C and SIGTERM stop Daphne's reactor, which returns here.
+            Server(
+                application=application,
+                endpoints=build_endpoint_description_strings(host=host, port=port),
+                verbosity=0,
+            ).run()
+        finally:
+            if worker is not None:
+                self._stop(worker)
+
+    def _stop(self, worker) -> None:
+        """End what is in flight (interrupted), then the worker: a few seconds at most (docs/deployment.md)."""
+        from portal.embedded import stop_worker
+
+        def at_once(signum, _frame) -> None:
+            # A second Ctrl+C while stopping: the person will not wait; the sandbox ends the servers.
+            sys.stderr.write("Stopped without waiting for the worker.\n")
+            os._exit(128 + signum)
+
+        signal.signal(signal.SIGINT, at_once)
+        signal.signal(signal.SIGTERM, at_once)
+        self.stdout.write("Stopping: calls in flight end as interrupted.", ending="\n")
+        self.stdout.flush()
+        stop_worker(worker)
