@@ -236,11 +236,23 @@ function showProgress(event) {
 
 const others = new Map(); // call id → its entry in the `calls` answer, for calls the pane does not show
 let asking = null;
+let askAgain = false;
 
+// At most twice a second however many events come, and once more after the last of a burst: a form
+// requested just after the answer was read must not be missed.
 function askForCalls() {
-  if (asking) return;
-  asking = setTimeout(() => { asking = null; }, 1000); // at most once a second, however many events come
+  if (asking) {
+    askAgain = true;
+    return;
+  }
   socket.send({ type: "list_calls" });
+  asking = setTimeout(() => {
+    asking = null;
+    if (askAgain) {
+      askAgain = false;
+      askForCalls();
+    }
+  }, 500);
 }
 
 function forgetOther(callId) {

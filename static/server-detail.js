@@ -62,7 +62,7 @@ const LOG_LINES = 50;
 const logList = document.getElementById("server-log-lines");
 
 function addLogLine(line) {
-  document.getElementById("server-log-empty")?.remove();
+  document.getElementById("server-log-empty").hidden = true;
   logList.append(h("li", { class: `log-${line.level}` }, h("span", { class: "badge", text: line.level }),
     h("span", { class: "muted", text: ` ${new Date(line.at).toLocaleTimeString()} ` }), line.logger ? `${line.logger}: ` : "", line.data));
   while (logList.children.length > LOG_LINES) logList.firstElementChild.remove();
@@ -75,7 +75,8 @@ const socket = connect({
   onEvent(event) {
     updateConnectionBadges(event);
     if (event.type === "server.logs" && event.server === serverId) {
-      logList.replaceChildren(h("li", { class: "muted", id: "server-log-empty", text: "Nothing logged yet." }));
+      logList.replaceChildren();
+      document.getElementById("server-log-empty").hidden = event.lines.length > 0;
       for (const line of event.lines) addLogLine(line);
       return;
     }
@@ -100,7 +101,7 @@ const socket = connect({
       // connection to list them) the connection's status, without a reload.
       if (event.ok) refreshTools("Tested: listing the tools…");
     } else if (event.type === "error" && event.ref === "server-log") {
-      logList.replaceChildren(h("li", { class: "muted", text: event.message }));
+      document.getElementById("server-log-empty").textContent = event.message;
     } else if (event.type === "error" && button) {
       output.replaceChildren(h("p", { class: "error", text: event.message }));
       button.disabled = false;

@@ -5,13 +5,10 @@ outside calls reach the pages they belong to. Over the WebSocket, through a real
 from __future__ import annotations
 
 import asyncio
-import sys
 
 import pytest
 
-from servers.models import Server
 from sessions.models import Elicitation, ToolCall
-from tests.conftest import ROOT
 from tests.ws import Playground, session_cookie
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
@@ -19,22 +16,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 
 def run(coro):
     return asyncio.run(coro)
-
-
-@pytest.fixture
-def fault_server(alice):
-    """The hand-written handshake-era server (tests/servers/fault_server.py): `grow` and `log_after`."""
-    return Server.objects.create(
-        team=alice.memberships.get().team,
-        name="faulty",
-        transport="stdio",
-        command=sys.executable,
-        args=["-m", "tests.servers.fault_server"],
-        cwd=str(ROOT),
-        protocol="legacy",
-        request_timeout=30,
-        created_by=alice,
-    )
 
 
 def test_the_same_request_id_twice_is_one_call(alice, demo_server):

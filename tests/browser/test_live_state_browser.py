@@ -139,3 +139,22 @@ def test_the_server_page_follows_test_connection(page: Page, alice, demo_server)
     expect(page.get_by_role("link", name="Echo")).to_be_visible()
     expect(page.locator(f'h1 [data-connection="{demo_server.pk}"]')).to_have_text("connected")
     assert page.problems == []
+
+
+def test_the_server_page_shows_what_the_server_logs_outside_any_call(page: Page, alice, fault_server):
+    log_in(page, "alice", "pw-alice")
+    page.goto(f"/servers/{fault_server.pk}/")
+    lines = page.get_by_role("list", name="Server log lines")
+    expect(page.get_by_text("Nothing logged yet.")).to_be_visible()
+    playground = page.context.new_page()
+    playground.goto(f"/playground/?server={fault_server.pk}&tool=log_after")
+    playground.get_by_label("Text").fill("roots updated")
+    playground.get_by_role("button", name="Call tool").click()
+    expect(call_status(playground)).to_contain_text("Succeeded")
+    # Live on the server's page; not in the call's log, which it does not belong to.
+    expect(lines).to_contain_text("roots updated")
+    expect(lines).to_contain_text("between")
+    expect(playground.locator("#log-lines")).not_to_contain_text("roots updated")
+    page.reload()  # kept: the last lines of the connection
+    expect(lines).to_contain_text("roots updated")
+    assert page.problems == []
