@@ -168,3 +168,43 @@ def test_a_log_line_outside_any_call_goes_to_the_servers_log_not_to_a_call(alice
     assert (line["level"], line["logger"], line["data"]) == ("warning", "between", "roots updated")
     assert not [e for e in seen if e["type"] == "call.log"]
     assert [(k["level"], k["data"]) for k in kept] == [("warning", "roots updated")]
+
+
+def test_a_reloaded_page_gets_the_open_sampling_request(alice, demo_server):
+    cookie = session_cookie(alice)
+
+    async def scenario():
+        async with Playground(cookie) as first:
+            call = (await first.start(demo_server.pk, "summarize", {"text": "Tools can ask back."}))["call"]
+            asked = await first.until("sampling.requested", call=call)
+        async with Playground(cookie) as reloaded:
+            calls = await reloaded.calls_in_flight()
+            await reloaded.send(
+                {"type": "answer_sampling", "sampling": asked["sampling"], "action": "approve", "text": "Short."}
+            )
+            ended = await reloaded.until("call.ended", call=call)
+        return asked, calls, ended
+
+    asked, calls, ended = run(scenario())
+    assert [entry["sampling"] for entry in calls] == [[asked]]
+    assert ended["status"] == "succeeded", ended
+
+
+def test_in_the_handshake_era_a_log_line_with_two_calls_in_flight_is_neither_calls(alice, demo_server):
+    demo_server.protocol = "legacy"
+    demo_server.save()
+    cookie = session_cookie(alice)
+
+    async def scenario():
+        async with Playground(cookie) as ws:
+            first = (await ws.start(demo_server.pk, "sleep", {"seconds": 3}))["call"]
+            await ws.until("call.log", call=first, data="sleeping 3 s")  # alone in flight: its own
+            second = (await ws.start(demo_server.pk, "sleep", {"seconds": 0.5}))["call"]
+            line = await ws.until("server.log", server=demo_server.pk, data="sleeping 0.5 s")
+            await ws.until("call.ended", call=first)
+            return first, second, line, ws.seen
+
+    first, second, line, seen = run(scenario())
+    logs = [(e["call"], e["data"]) for e in seen if e["type"] == "call.log"]
+    assert logs == [(first, "sleeping 3 s")]  # the second call's line was not shown as the first's
+    assert line["level"] == "info"
