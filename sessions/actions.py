@@ -125,8 +125,13 @@ def _start_tool_call(
     # To the worker that holds this user's session with the server, if one does (sessions/affinity.py);
     # the call records it, so the sweep can send the call elsewhere if that worker dies first.
     call.worker = affinity.route(server, user.pk)
-    # One write, so no transaction of its own (on PostgreSQL that is two round trips fewer per call).
-    call.save()
+    # One write, so no transaction of its own (on PostgreSQL that is two round trips fewer per call);
+    # inside a caller's transaction, a savepoint, so a duplicate request id leaves it usable.
+    if transaction.get_connection().in_atomic_block:
+        with transaction.atomic():
+            call.save()
+    else:
+        call.save()
     transaction.on_commit(lambda: affinity.send(run_tool_call, call.worker, (str(call.id),)))
     return call
 
