@@ -14,7 +14,7 @@ from typing import Any
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from servers.models import Effect, PermissionRule, Server, ServerUnusable, usable_server
@@ -64,22 +64,43 @@ def _enqueue_on_commit(call_id: str) -> None:
 # -- starting a call ---------------------------------------------------------------------
 
 
-def do_start_tool_call(user: Any, server_id: Any, tool: str, arguments: dict[str, Any]) -> ToolCall:
+def do_start_tool_call(
+    user: Any, server_id: Any, tool: str, arguments: dict[str, Any], request_id: str | None = None
+) -> ToolCall:
     """Record the call, decide on it from the server's last tool list, and act on the decision.
 
     allow → a worker gets it; deny → it ends rejected, with the rule; ask → it waits
     for the user's answer. A tool missing from the last list is decided by the worker,
     on the live definition. A call that cannot start (a server the user cannot see, or
     a disabled one) is still recorded, as rejected, so every attempt leaves a trace.
+
+    A `request_id` this person already used names the call it started: that call comes back,
+    and nothing new is recorded or run. The database's unique constraint decides, on the insert
+    the call makes anyway, so two processes receiving the same intent at once still make one call.
     """
+    try:
+        return _start_tool_call(user, server_id, tool, arguments, request_id)
+    except IntegrityError:
+        first = ToolCall.objects.filter(user=user, request_id=request_id).first() if request_id else None
+        if first is None:
+            raise
+        return first
+
+
+def _start_tool_call(
+    user: Any, server_id: Any, tool: str, arguments: dict[str, Any], request_id: str | None
+) -> ToolCall:
     try:
         server = usable_server(server_id, user, Server.objects.select_related("team__policy"))
     except ServerUnusable as exc:
         # A disabled server's call names it; one the user cannot see names nothing of it.
         seen = exc.server
-        call = ToolCall(user=user, server=seen, server_name=seen.name if seen else "", tool=tool, arguments=arguments)
+        name = seen.name if seen else ""
+        call = ToolCall(user=user, server=seen, server_name=name, tool=tool, arguments=arguments, request_id=request_id)
         return _reject(call, exc.message, exc.kind)
-    call = ToolCall(user=user, server=server, server_name=server.name, tool=tool, arguments=arguments)
+    call = ToolCall(
+        user=user, server=server, server_name=server.name, tool=tool, arguments=arguments, request_id=request_id
+    )
     definition = server.tool(tool)
     decision = decide_for(server, user.pk, tool, definition)
     call.decision = decision.as_dict()
@@ -104,8 +125,13 @@ def do_start_tool_call(user: Any, server_id: Any, tool: str, arguments: dict[str
     # To the worker that holds this user's session with the server, if one does (sessions/affinity.py);
     # the call records it, so the sweep can send the call elsewhere if that worker dies first.
     call.worker = affinity.route(server, user.pk)
-    # One write, so no transaction of its own (on PostgreSQL that is two round trips fewer per call).
-    call.save()
+    # One write, so no transaction of its own (on PostgreSQL that is two round trips fewer per call);
+    # inside a caller's transaction, a savepoint, so a duplicate request id leaves it usable.
+    if transaction.get_connection().in_atomic_block:
+        with transaction.atomic():
+            call.save()
+    else:
+        call.save()
     transaction.on_commit(lambda: affinity.send(run_tool_call, call.worker, (str(call.id),)))
     return call
 

@@ -12,7 +12,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from servers.models import Server, ServerUnusable, usable_server
 
-from . import actions, affinity, limits, tasks
+from . import actions, affinity, limits, live, tasks
 from .mcp.elicitation import validate_answer
 from .models import CallStatus, Elicitation, ElicitationState, SamplingRequest, SamplingState, ToolCall
 from .worker import user_group
@@ -25,6 +25,7 @@ MAX_MESSAGE_BYTES = 1_000_000
 # raises RecursionError.
 MAX_DEPTH = 64
 MAX_REF = 200
+MAX_REQUEST_ID = 100
 MAX_URI = 2048
 MAX_SUBSCRIPTIONS = 50
 # Daphne refuses to send a WebSocket message over 1 MiB and closes the socket (1011); an event that
@@ -231,8 +232,11 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         arguments = content.get("arguments", {})
         if not isinstance(arguments, dict):
             raise MessageError("'arguments' must be a JSON object.")
+        # The page's name for this intent: sent twice (a double Ctrl+Enter, a resend after a
+        # reconnect), it answers with the first call's events instead of starting another.
+        request_id = _text(content, "request_id", MAX_REQUEST_ID) if "request_id" in content else None
         try:
-            call = await database_sync_to_async(self._start_call)(server_id, tool, arguments)
+            call = await database_sync_to_async(self._start_call)(server_id, tool, arguments, request_id)
         except limits.RateLimited as exc:
             # Not started and not recorded (sessions/limits.py says why); the page is told when to retry.
             await self.send_json(
@@ -252,8 +256,9 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
                 "ref": ref,
                 "call": str(call.id),
                 "server": call.server_id,
-                "tool": tool,
+                "tool": call.tool,
                 "status": call.status,
+                **({"request_id": request_id} if request_id is not None else {}),
             }
         )
         if call.finished:
@@ -289,7 +294,8 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.send(
             channel, {"type": "elicitation.answer", "elicitation": eid, "action": action, "content": answer}
         )
-        await self.send_json({"type": "elicitation.answered", "ref": ref, "call": call_id, "elicitation": eid})
+        # To every page of the person: the form closes in each tab that shows it, not only in this one.
+        await self._tell_pages({"type": "elicitation.answered", "ref": ref, "call": call_id, "elicitation": eid})
 
     async def on_answer_sampling(self, content: dict[str, Any], ref: Any) -> None:
         sid = _text(content, "sampling", 64)
@@ -303,7 +309,7 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.send(
             channel, {"type": "sampling.answer", "sampling": sid, "action": action, "text": text, "model": model}
         )
-        await self.send_json({"type": "sampling.answered", "ref": ref, "call": call_id, "sampling": sid})
+        await self._tell_pages({"type": "sampling.answered", "ref": ref, "call": call_id, "sampling": sid})
 
     # -- resources, prompts, completions: checked here, answered by a worker -----------------
 
@@ -366,6 +372,18 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         approvals = await database_sync_to_async(self._pending_approvals)()
         await self.send_json({"type": "approvals", "ref": ref, "approvals": approvals})
 
+    async def on_list_calls(self, content: dict[str, Any], ref: Any) -> None:
+        # Asked on every (re)connect too: a reloaded page or a second tab picks up the person's calls
+        # in flight, with their progress and the forms and sampling requests still open.
+        calls = await database_sync_to_async(live.in_flight)(self.user)
+        await self.send_json({"type": "calls", "ref": ref, "calls": calls})
+
+    async def on_list_server_log(self, content: dict[str, Any], ref: Any) -> None:
+        # What the person's connection to the server logged outside any call, last lines first kept.
+        server = await self._usable_server(content)
+        lines = await database_sync_to_async(live.server_log)(server.pk, server.connection_owner(self.user.pk))
+        await self.send_json({"type": "server.logs", "ref": ref, "server": server.pk, "lines": lines})
+
     async def on_answer_approval(self, content: dict[str, Any], ref: Any) -> None:
         approval = _text(content, "approval", 64)
         answer = _text(content, "answer", 20)
@@ -389,6 +407,8 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         "get_prompt": on_get_prompt,
         "complete": on_complete,
         "list_approvals": on_list_approvals,
+        "list_calls": on_list_calls,
+        "list_server_log": on_list_server_log,
         "answer_approval": on_answer_approval,
     }
 
@@ -433,10 +453,10 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
             raise MessageError("This sampling request was already answered or closed.")
         return request.call.channel, str(request.call_id)
 
-    def _start_call(self, server_id: Any, tool: str, arguments: dict[str, Any]) -> Any:
+    def _start_call(self, server_id: Any, tool: str, arguments: dict[str, Any], request_id: str | None) -> Any:
         # One trip to the database thread for both (each trip costs a thread hop and a connection check).
         limits.take_tool_call(self.user.pk)
-        return actions.do_start_tool_call(self.user, server_id, tool, arguments)
+        return actions.do_start_tool_call(self.user, server_id, tool, arguments, request_id)
 
     def _pending_approvals(self) -> list[dict[str, Any]]:
         return [approval.as_event() for approval in actions.do_list_pending_approvals(self.user)]
@@ -456,6 +476,10 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
     @database_sync_to_async
     def _can_administer(self, server_id: int) -> bool:
         return Server.objects.administered_by(self.user).filter(pk=server_id).exists()
+
+    async def _tell_pages(self, event: dict[str, Any]) -> None:
+        """An event for every open page of this person (their group), this one included."""
+        await self.channel_layer.group_send(self.group, {"type": "portal.event", "event": event})
 
     async def portal_event(self, message: dict[str, Any]) -> None:
         text = json.dumps(message["event"])

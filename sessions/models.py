@@ -72,12 +72,22 @@ class ToolCall(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     duration_ms = models.FloatField(null=True, blank=True)
+    # The page's own name for the intent (`request_id` on `call`): the same one twice from the same
+    # person is the same call, whichever process receives it, so the database holds the constraint.
+    request_id = models.CharField(max_length=100, null=True, blank=True)
 
     objects = ToolCallManager()
 
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["user", "-created_at"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "request_id"],
+                condition=models.Q(request_id__isnull=False),
+                name="one_call_per_request_id",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.server_name}/{self.tool} ({self.status})"

@@ -34,7 +34,7 @@ from servers import actions as server_actions
 from servers.models import Membership, Server, ServerUnusable, check_usable, usable_server
 from servers.permissions import describe_tools
 
-from . import actions, affinity, credentials
+from . import actions, affinity, credentials, live
 from .affinity import WORKER_NAME
 from .mcp.config import ConnectionKey, Negotiated, ServerConfig
 from .mcp.elicitation import defaults
@@ -199,6 +199,7 @@ class WorkerEvents(PoolEvents):
     def __init__(self) -> None:
         self._jobs: collections.deque[Callable[[], Awaitable[None]]] = collections.deque()
         self._drainer: asyncio.Task[None] | None = None
+        self._log_budgets: dict[ConnectionKey, EventBudget] = {}
 
     def _later(self, job: Callable[[], Awaitable[None]]) -> None:
         self._jobs.append(job)
@@ -253,6 +254,22 @@ class WorkerEvents(PoolEvents):
             # Open playgrounds and server pages list the tools again when they hear this.
             for user_id in await database_sync_to_async(owner_user_ids)(key.owner):
                 await _publish(user_id, {"type": "tools.changed", "server": key.server_id})
+
+        self._later(tell)
+
+    async def server_log(
+        self, key: ConnectionKey, config: ServerConfig, level: str, logger: str | None, data: Any
+    ) -> None:
+        # Thinned like a call's log (EventBudget); the connection's scrubber, as for its failures.
+        budget = self._log_budgets.setdefault(key, EventBudget())
+        if not budget.take():
+            return
+        line = live.server_log_line(level, logger, credentials.scrubber_of(config)(data))
+
+        async def tell() -> None:
+            await database_sync_to_async(live.remember_server_log)(key.server_id, key.owner, line)
+            for user_id in await database_sync_to_async(owner_user_ids)(key.owner):
+                await _publish(user_id, {"type": "server.log", "server": key.server_id, **line})
 
         self._later(tell)
 
@@ -465,6 +482,7 @@ def _call_prepared(
             progress.append({"progress": value, "total": total, "message": message, "at_ms": at_ms})
         if not events.take(final=total is not None and value >= total):
             return
+        live.remember_progress(call_id, value, total, message)  # for a page that opens later
         await _publish(
             user_id,
             {"type": "call.progress", "call": call_id, "progress": value, "total": total, "message": message},

@@ -7,7 +7,9 @@ const catalog = JSON.parse(document.getElementById("catalog").textContent);
 const selected = JSON.parse(document.getElementById("selected").textContent);
 const $ = (id) => document.getElementById(id);
 
-const state = { server: null, tool: null, form: null, call: null, callClass: "write", ref: 0, pendingRef: null };
+// `call` is the call the result pane shows (started here, or picked up from another tab or before a
+// reload); `inFlight` says it has not ended, and while it has not the page starts no other.
+const state = { server: null, tool: null, form: null, call: null, callClass: "write", ref: 0, pendingRef: null, inFlight: false };
 const servers = new Map(catalog.map((server) => [server.id, server]));
 
 const TERMINAL_LABELS = {
@@ -135,9 +137,16 @@ $("json-mode").addEventListener("change", (event) => {
 
 // -- calling -------------------------------------------------------------------------------
 
+// A name for one intent to call: the portal answers a second message with the same name with the
+// first call's events (a resend after a reconnect, two submits that raced past the check below).
+function requestId() {
+  return globalThis.crypto?.randomUUID?.() ?? `${Date.now().toString(36)}-${Math.random().toString(36).slice(2)}`;
+}
+
 $("call-form").addEventListener("submit", (event) => {
   event.preventDefault();
-  if (!state.tool) return;
+  // One intent is one call: Ctrl+Enter (or a second click) while the shown call runs starts nothing.
+  if (!state.tool || state.inFlight) return;
   let args;
   try {
     args = readArguments();
@@ -151,6 +160,7 @@ $("call-form").addEventListener("submit", (event) => {
   showErrors($("form-fields"), [], $("form-error"));
   state.pendingRef = `c${++state.ref}`;
   state.call = null;
+  state.inFlight = true;
   state.callClass = state.server.described?.[state.tool.name]?.class || "write";
   $("call-button").disabled = true;
   setStatus("pending", `Calling ${state.tool.name}…`);
@@ -161,7 +171,7 @@ $("call-form").addEventListener("submit", (event) => {
   closeSampling();
   $("progress-message").textContent = "";
   $("call-progress").hidden = true;
-  socket.send({ type: "call", ref: state.pendingRef, server: state.server.id, tool: state.tool.name, arguments: args });
+  socket.send({ type: "call", ref: state.pendingRef, request_id: requestId(), server: state.server.id, tool: state.tool.name, arguments: args });
 });
 
 document.addEventListener("keydown", (event) => {
@@ -176,14 +186,20 @@ function setStatus(kind, text) {
 }
 
 function onCallEvent(event) {
+  if (event.type === "call.ended") forgetOther(event.call);
   if (event.type === "call.accepted") {
     if (event.ref !== state.pendingRef) return;
     state.call = event.call;
+    forgetOther(event.call);
     if (event.status === "awaiting_approval") setStatus("awaiting_approval", "Waiting for your approval…");
     else if (event.status === "pending") setStatus("pending", "Waiting for a worker…");
     return;
   }
-  if (event.call !== state.call) return;
+  if (event.call !== state.call) {
+    // A call this page does not show (another tab's, or one started before a reload): catch up.
+    if (event.type !== "call.ended" && !others.has(event.call)) askForCalls();
+    return;
+  }
   if (event.type === "call.started") {
     setStatus("running", "Running…");
     $("cancel-button").hidden = false;
@@ -191,18 +207,12 @@ function onCallEvent(event) {
   } else if (event.type === "call.log") {
     addLogLine(event);
   } else if (event.type === "call.progress") {
-    const bar = $("call-progress");
-    bar.hidden = false;
-    if (event.total) {
-      bar.max = event.total;
-      bar.value = event.progress;
-    } else {
-      bar.removeAttribute("value");
-    }
-    $("progress-message").textContent = event.message || (event.total ? `${event.progress} of ${event.total}` : `${event.progress}`);
+    showProgress(event);
   } else if (event.type === "call.ended") {
+    state.inFlight = false;
     $("call-button").disabled = false;
     $("cancel-button").hidden = true;
+    renderOthers(); // their Show buttons work again
     closeElicitation();
     closeSampling();
     $("call-progress").hidden = true;
@@ -210,6 +220,110 @@ function onCallEvent(event) {
     setStatus(event.status, `${TERMINAL_LABELS[event.status] || event.status}${took}`);
     renderOutcome(event);
   }
+}
+
+function showProgress(event) {
+  const bar = $("call-progress");
+  bar.hidden = false;
+  if (event.total) {
+    bar.max = event.total;
+    bar.value = event.progress;
+  } else {
+    bar.removeAttribute("value");
+  }
+  $("progress-message").textContent = event.message || (event.total ? `${event.progress} of ${event.total}` : `${event.progress}`);
+}
+
+// -- calls in flight elsewhere: another tab's, or this page's before a reload ------------------
+
+const others = new Map(); // call id → its entry in the `calls` answer, for calls the pane does not show
+let asking = null;
+let askAgain = false;
+
+// At most twice a second however many events come, and once more after the last of a burst: a form
+// requested just after the answer was read must not be missed.
+function askForCalls() {
+  if (asking) {
+    askAgain = true;
+    return;
+  }
+  socket.send({ type: "list_calls" });
+  asking = setTimeout(() => {
+    asking = null;
+    if (askAgain) {
+      askAgain = false;
+      askForCalls();
+    }
+  }, 500);
+}
+
+function forgetOther(callId) {
+  if (others.delete(callId)) renderOthers();
+}
+
+function renderOthers() {
+  const list = $("running-calls");
+  list.replaceChildren(...[...others.values()].map((entry) => h("li", {},
+    h("span", { class: `badge status-${entry.status}`, text: entry.status.replace("_", " ") }), " ",
+    h("code", { text: entry.tool }), ` on ${entry.server_name} `,
+    h("button", { type: "button", class: "link", text: "Show", disabled: state.inFlight, onclick: () => showCall(entry) }))));
+  list.hidden = !others.size;
+}
+
+// The result pane takes over a call it did not start: its status, progress and open forms now; its
+// log lines and its end as they come.
+function showCall(entry) {
+  others.delete(entry.call);
+  state.call = entry.call;
+  state.pendingRef = null;
+  state.inFlight = true;
+  state.callClass = servers.get(entry.server)?.described?.[entry.tool]?.class || "write";
+  $("call-button").disabled = true;
+  $("result").replaceChildren();
+  $("log-lines").replaceChildren();
+  $("log-pane").hidden = true;
+  $("progress-message").textContent = "";
+  $("call-progress").hidden = true;
+  closeElicitation();
+  closeSampling();
+  const running = entry.status === "running";
+  setStatus(entry.status, {
+    running: `Running ${entry.tool}…`,
+    pending: `${entry.tool}: waiting for a worker…`,
+    awaiting_approval: `${entry.tool}: waiting for your approval…`,
+  }[entry.status] || entry.tool);
+  $("cancel-button").hidden = !running;
+  $("cancel-button").disabled = false;
+  if (entry.progress) showProgress(entry.progress);
+  const form = entry.elicitations.at(-1);
+  if (form) showElicitation(form);
+  const asked = entry.sampling.at(-1);
+  if (asked) showSampling(asked);
+  renderOthers();
+}
+
+function onCalls(event) {
+  const shown = event.calls.find((entry) => entry.call === state.call);
+  others.clear();
+  for (const entry of event.calls) if (entry.call !== state.call) others.set(entry.call, entry);
+  if (shown) {
+    // This page's own call, after the socket came back: forms opened meanwhile are shown.
+    if (!elicitation.id && shown.elicitations.length) showElicitation(shown.elicitations.at(-1));
+    if (!sampling.id && shown.sampling.length) showSampling(shown.sampling.at(-1));
+    if (shown.progress) showProgress(shown.progress);
+  } else if (state.call && state.inFlight) {
+    // The shown call ended while the socket was down: its record has the outcome.
+    state.inFlight = false;
+    $("call-button").disabled = false;
+    $("cancel-button").hidden = true;
+    setStatus("done", "The call ended while the page was away: see the History for its outcome.");
+  }
+  if (!state.inFlight && others.size) {
+    // Nothing shown here is running: show the newest call in flight.
+    showCall([...others.values()].at(-1));
+    return;
+  }
+  renderOthers();
 }
 
 function renderOutcome(event) {
@@ -347,6 +461,8 @@ function onElicitationEvent(event) {
     $("progress-message").textContent = "The server says the page is done.";
   } else if (event.type === "elicitation.requested" && event.call === state.call) {
     showElicitation(event);
+  } else if (event.type === "elicitation.requested") {
+    askForCalls(); // another tab's call asks: shown here too when nothing else is
   } else if ((event.type === "elicitation.answered" || event.type === "elicitation.ended") && event.elicitation === elicitation.id) {
     closeElicitation();
   } else if (event.type === "error" && event.ref === `e:${elicitation.id}`) {
@@ -408,6 +524,8 @@ $("sampling-reply").addEventListener("input", () => { $("sampling-error").textCo
 function onSamplingEvent(event) {
   if (event.type === "sampling.requested" && event.call === state.call) {
     showSampling(event);
+  } else if (event.type === "sampling.requested") {
+    askForCalls();
   } else if ((event.type === "sampling.answered" || event.type === "sampling.ended") && event.sampling === sampling.id) {
     closeSampling();
   } else if (event.type === "error" && event.ref === `s:${sampling.id}`) {
@@ -547,6 +665,8 @@ function answer(kind) {
   if (approval && (!state.call || state.call === approval.call)) {
     // After a reload the page knows the call only through its approval: show its outcome here.
     state.call = approval.call;
+    state.inFlight = kind !== "deny";
+    forgetOther(approval.call);
     state.callClass = servers.get(approval.server)?.described?.[approval.tool]?.class || "write";
     if (kind !== "deny") setStatus("pending", "Approved; waiting for a worker…");
   }
@@ -589,12 +709,17 @@ const socket = connect({
       disconnected: "Connection lost; reconnecting…",
       "logged-out": "You are logged out. Reload the page to log in.",
     }[status];
-    // Approvals outlive the page: ask for the waiting ones on every (re)connect.
-    if (status === "connected") socket.send({ type: "list_approvals" });
+    // Approvals and calls outlive the page: ask for the waiting and running ones on every (re)connect.
+    if (status === "connected") {
+      socket.send({ type: "list_approvals" });
+      socket.send({ type: "list_calls" });
+    }
   },
   onEvent(event) {
     if (event.type === "resource.read") {
       onResourceRead(event);
+    } else if (event.type === "calls") {
+      onCalls(event);
     } else if (event.type === "tools") {
       const server = servers.get(event.server);
       if (!server) return;
@@ -634,6 +759,7 @@ const socket = connect({
         for (const button of dialog.querySelectorAll(".actions button")) button.disabled = false;
         socket.send({ type: "list_approvals" }); // it may have ended meanwhile: resynchronize
       } else if (event.ref && event.ref === state.pendingRef) {
+        state.inFlight = false;
         $("call-button").disabled = false;
         setStatus("rejected", event.message);
       } else {

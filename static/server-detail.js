@@ -56,9 +56,34 @@ function refreshTools(reason) {
   socket.send({ type: "list_tools", server: serverId, refresh: true });
 }
 
+// -- the connection's own log: lines the server sent outside any call ------------------------------
+
+const LOG_LINES = 50;
+const logList = document.getElementById("server-log-lines");
+
+function addLogLine(line) {
+  document.getElementById("server-log-empty").hidden = true;
+  logList.append(h("li", { class: `log-${line.level}` }, h("span", { class: "badge", text: line.level }),
+    h("span", { class: "muted", text: ` ${new Date(line.at).toLocaleTimeString()} ` }), line.logger ? `${line.logger}: ` : "", line.data));
+  while (logList.children.length > LOG_LINES) logList.firstElementChild.remove();
+}
+
 const socket = connect({
+  onStatus(status) {
+    if (status === "connected") socket.send({ type: "list_server_log", server: serverId, ref: "server-log" });
+  },
   onEvent(event) {
     updateConnectionBadges(event);
+    if (event.type === "server.logs" && event.server === serverId) {
+      logList.replaceChildren();
+      document.getElementById("server-log-empty").hidden = event.lines.length > 0;
+      for (const line of event.lines) addLogLine(line);
+      return;
+    }
+    if (event.type === "server.log" && event.server === serverId) {
+      addLogLine(event);
+      return;
+    }
     if (event.type === "tools" && event.server === serverId) {
       if (refreshButton) refreshButton.disabled = false;
       if (event.error) {
@@ -72,6 +97,11 @@ const socket = connect({
     } else if (event.type === "connection.tested" && event.server === serverId) {
       render(event);
       if (button) button.disabled = false;
+      // The page follows the test: the tools it found, and (as this opens the person's own
+      // connection to list them) the connection's status, without a reload.
+      if (event.ok) refreshTools("Tested: listing the tools…");
+    } else if (event.type === "error" && event.ref === "server-log") {
+      document.getElementById("server-log-empty").textContent = event.message;
     } else if (event.type === "error" && button) {
       output.replaceChildren(h("p", { class: "error", text: event.message }));
       button.disabled = false;

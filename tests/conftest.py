@@ -248,6 +248,24 @@ def demo_server(alice):
     )
 
 
+@pytest.fixture
+def fault_server(alice):
+    """The hand-written handshake-era stdio server (tests/servers/fault_server.py), registered for Acme."""
+    from servers.models import Server
+
+    return Server.objects.create(
+        team=alice.memberships.get().team,
+        name="faulty",
+        transport="stdio",
+        command=sys.executable,
+        args=["-m", "tests.servers.fault_server"],
+        cwd=str(ROOT),
+        protocol="legacy",
+        request_timeout=30,
+        created_by=alice,
+    )
+
+
 # -- a real Celery worker -----------------------------------------------------------------------
 
 

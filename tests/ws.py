@@ -73,11 +73,45 @@ class Playground:
             if event.get("type") in types and all(event.get(k) == v for k, v in match.items()):
                 return event
 
-    async def start(self, server: int, tool: str, arguments: dict | None = None, timeout: float = 30) -> dict[str, Any]:
-        """Start a call and return its call.accepted event, without waiting for its end."""
+    async def start(
+        self,
+        server: int,
+        tool: str,
+        arguments: dict | None = None,
+        timeout: float = 30,
+        request_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Start a call and return its call.accepted event, without waiting for its end.
+
+        `request_id` names the intent, as the page does: the same one again gets the first call back."""
         ref = f"r{len(self.seen)}"
-        await self.send({"type": "call", "ref": ref, "server": server, "tool": tool, "arguments": arguments or {}})
+        message = {"type": "call", "ref": ref, "server": server, "tool": tool, "arguments": arguments or {}}
+        if request_id is not None:
+            message["request_id"] = request_id
+        await self.send(message)
         return await self.until("call.accepted", ref=ref, timeout=timeout)
+
+    async def calls_in_flight(self, timeout: float = 30) -> list[dict[str, Any]]:
+        """What a page hears on connect: the person's calls not yet ended, with progress and open forms."""
+        ref = f"l{len(self.seen)}"
+        await self.send({"type": "list_calls", "ref": ref})
+        return (await self.until("calls", ref=ref, timeout=timeout))["calls"]
+
+    async def answer_form(self, requested: dict[str, Any], content: dict | None = None, action: str = "accept") -> None:
+        """Answer an elicitation.requested event (a form) as a person filling it in would."""
+        message = {"type": "answer_elicitation", "elicitation": requested["elicitation"], "action": action}
+        if content is not None:
+            message["content"] = content
+        await self.send(message)
+
+    async def cancel(self, call: str) -> dict[str, Any]:
+        await self.send({"type": "cancel_call", "ref": f"cancel:{call}", "call": call})
+        return await self.until("cancel.sent", call=call)
+
+    async def server_log(self, server: int, timeout: float = 30) -> list[dict[str, Any]]:
+        """The server page's question: what the person's connection logged outside any call."""
+        await self.send({"type": "list_server_log", "server": server, "ref": "server-log"})
+        return (await self.until("server.logs", server=server, timeout=timeout))["lines"]
 
     async def call(
         self, server: int, tool: str, arguments: dict | None = None, timeout: float = 30, approve: str | None = None

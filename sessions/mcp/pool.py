@@ -15,6 +15,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
+import functools
 import logging
 import math
 import tempfile
@@ -141,6 +142,8 @@ class PoolSettings:
     remote_batch: int = 20
     close_timeout: float = 5.0
     health_seconds: float = 60.0  # 0 turns the periodic health check off
+    # A server that adds tools one by one says "changed" once per tool: its owner hears once per window.
+    list_changed_seconds: float = 0.2
 
 
 class PoolEvents:
@@ -154,6 +157,11 @@ class PoolEvents:
 
     async def negotiated(self, key: ConnectionKey, config: ServerConfig, negotiated: Negotiated) -> None:
         """A connection negotiated an era other than the one the config remembers."""
+
+    async def server_log(
+        self, key: ConnectionKey, config: ServerConfig, level: str, logger: str | None, data: Any
+    ) -> None:
+        """A log message that belongs to no call (see `Connection._on_log`): the connection's own log."""
 
     async def aclose(self) -> None:
         """The pool is shutting down, its connections closed: finish what is pending."""
@@ -378,7 +386,14 @@ class Connection:
         wanted = LOG_LEVELS.index(self.config.log_level) if self.config.log_level in LOG_LEVELS else len(LOG_LEVELS)
         if params.level in LOG_LEVELS and LOG_LEVELS.index(params.level) < wanted:
             return
-        hooks = self._serving()
+        # Which call a log message belongs to. In 2026-07-28 it arrives in the call's own task. In the
+        # handshake era nothing in it names a request: with one call in flight it is taken as that
+        # call's (servers log while they serve); with several, or none, it goes to the connection's
+        # log, never to a call it may have nothing to do with (`_serving` guesses for requests,
+        # which must be answered by someone; a log line need not be).
+        hooks = serving.get()
+        if hooks is None and len(self.calls) == 1:
+            hooks = self.calls[0]
         sink = hooks.on_log if hooks is not None else self.on_server_log
         if sink is not None:
             await sink(str(params.level), params.logger, params.data)
@@ -625,6 +640,7 @@ class ConnectionPool:
         self._batches: dict[bool, asyncio.Semaphore] = {}
         self._maintenance: concurrent.futures.Future[None] | None = None
         self._background: set[asyncio.Task[Any]] = set()
+        self._changes_due: set[ConnectionKey] = set()
 
     # -- the loop thread -------------------------------------------------------------
 
@@ -695,6 +711,7 @@ class ConnectionPool:
                     raise ConnectionFailed(conn.open_failure or conn.diagnose(exc)) from exc
             return conn
         conn = Connection(key=key, config=config, on_closed=self._forget, on_tools_changed=self._tools_changed)
+        conn.on_server_log = functools.partial(self._server_log, conn)
         self._connections[key] = conn
         await self._evict_over_cap()
         batch = self._batches.setdefault(
@@ -745,9 +762,24 @@ class ConnectionPool:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _tools_changed(self, conn: Connection) -> None:
+    async def _server_log(self, conn: Connection, level: str, logger: str | None, data: Any) -> None:
         if conn.key is not None:
-            await self.events.tools_changed(conn.key, conn.config)
+            await self.events.server_log(conn.key, conn.config, level, logger, data)
+
+    async def _tools_changed(self, conn: Connection) -> None:
+        # The connection dropped its cached list at once (the next listing is fresh); the news of it
+        # waits for the window to close, so five changes in a burst make one refresh in every page.
+        key = conn.key
+        if key is None or key in self._changes_due:
+            return
+        self._changes_due.add(key)
+
+        async def tell() -> None:
+            await asyncio.sleep(self.settings.list_changed_seconds)
+            self._changes_due.discard(key)
+            await self.events.tools_changed(key, conn.config)
+
+        self._spawn(tell())
 
     async def drop(self, key: ConnectionKey, status: str = CLOSED, failure: Failure | None = None) -> None:
         """Close the connection for `key` and forget its caches; the next use reconnects."""

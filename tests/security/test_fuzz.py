@@ -49,16 +49,18 @@ ANSWERS = {
     "prompt.got",
     "completion",
     "approvals",
+    "calls",
+    "server.logs",
 }
 # What a worker may send the socket meanwhile, for messages earlier in the batch.
-NEWS = {"call.started", "call.progress", "call.log", "call.ended", "connection.status", "tools.changed"}
+NEWS = {"call.started", "call.progress", "call.log", "call.ended", "connection.status", "tools.changed", "server.log"}
 HANDLERS = sorted(PlaygroundConsumer.handlers)
 DAPHNE_MAX_MESSAGE = 1024 * 1024  # Daphne's default, which runportal keeps
 # Every field any handler reads.
 FIELDS = [
     "type", "ref", "server", "tool", "arguments", "refresh", "call", "elicitation", "action", "content",
     "sampling", "text", "model", "uri", "name", "prompt", "template", "argument", "value", "context",
-    "approval", "answer",
+    "approval", "answer", "request_id",
 ]  # fmt: skip
 TIMEOUT = 3600 if SLOW else 300
 fuzz = settings(max_examples=CASES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
@@ -108,6 +110,8 @@ PLAUSIBLE = {
     "value": st.text(max_size=10),
     "context": st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=2),
     "answer": st.sampled_from(["allow_once", "deny", "maybe"]),
+    # A few names, so the same intent comes twice; now and then one too long.
+    "request_id": st.sampled_from(["i-1", "i-2", "i-3", "x" * 101]) | st.text(max_size=12),
 }
 
 

@@ -9,7 +9,9 @@ Handshake era only (run it with the server's protocol set to "legacy"). Its tool
 - `nul`: an answer with a NUL character in it (no PostgreSQL text can hold one);
 - `mismatch`: structured content that breaks the tool's own output schema;
 - `garbage`: lines that are not JSON-RPC (and answers to requests never made), then the answer;
-- `garbage_only`: the same lines and no answer at all.
+- `garbage_only`: the same lines and no answer at all;
+- `grow`: adds `count` tools one by one, saying after each that its tool list changed;
+- `log_after`: answers, then logs a line that belongs to no call.
 """
 
 from __future__ import annotations
@@ -77,6 +79,18 @@ TOOLS = [
         "name": "garbage_only",
         "description": "Invalid JSON-RPC and no answer.",
         "inputSchema": {"type": "object"},
+        "annotations": {"readOnlyHint": True},
+    },
+    {
+        "name": "grow",
+        "description": "Adds tools one by one.",
+        "inputSchema": {"type": "object", "properties": {"count": {"type": "integer"}}},
+        "annotations": {"readOnlyHint": True},
+    },
+    {
+        "name": "log_after",
+        "description": "Answers, then logs outside the call.",
+        "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}},
         "annotations": {"readOnlyHint": True},
     },
 ]
@@ -158,6 +172,16 @@ def call(request_id, name: str, arguments: dict, meta: dict) -> None:
             write(line)
         if name == "garbage":
             text_result(request_id, "answered after the garbage")
+    elif name == "grow":
+        for _ in range(int(arguments.get("count", 5))):
+            TOOLS.append({"name": f"grown_{len(TOOLS)}", "inputSchema": {"type": "object"}})
+            write({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+        text_result(request_id, f"{len(TOOLS)} tools")
+    elif name == "log_after":
+        text_result(request_id, "answered")
+        time.sleep(0.2)  # the answer is in: the line below arrives when no call is in flight
+        message = {"level": "warning", "logger": "between", "data": arguments.get("text", "between calls")}
+        write({"jsonrpc": "2.0", "method": "notifications/message", "params": message})
     else:
         write({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32602, "message": f"Unknown tool: {name}"}})
 
