@@ -40,7 +40,12 @@ class TeamPages:
         self.open(link)
         return self.client.post(
             "/accounts/signup/",
-            {"username": username, "email": email, "password1": "a-long-passphrase-1", "password2": "a-long-passphrase-1"},
+            {
+                "username": username,
+                "email": email,
+                "password1": "a-long-passphrase-1",
+                "password2": "a-long-passphrase-1",
+            },
         )
 
     def set_role(self, membership: Membership, role: str):
