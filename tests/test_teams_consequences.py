@@ -127,3 +127,23 @@ def test_a_demoted_admins_open_socket_loses_admin_rights_at_once(alice, bob, dem
 
     before, after = asyncio.run(scenario())
     assert before == [] and "Only the team's admins" in after["message"]
+
+
+def test_a_removed_members_open_form_is_cancelled(alice, bob, demo_server):
+    from sessions.models import Elicitation
+
+    cookie = session_cookie(bob)
+    remove = database_sync_to_async(lambda: TeamPages(alice).remove(membership(bob, "Acme")))
+
+    async def scenario():
+        async with Playground(cookie) as ws:
+            accepted = await ws.start(demo_server.pk, "ask", {"topic": "leaving"})
+            asked = await ws.until("elicitation.requested", call=accepted["call"])
+            await remove()
+            return asked, await ws.until("call.ended", call=accepted["call"])
+
+    asked, ended = asyncio.run(scenario())
+    assert Elicitation.objects.get(pk=asked["elicitation"]).state == "cancel"
+    assert ended["status"] != "running"
+    # Answering it afterwards changes nothing: the form is closed.
+    assert Elicitation.objects.get(pk=asked["elicitation"]).response is None
