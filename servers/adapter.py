@@ -46,7 +46,9 @@ class AccountAdapter(DefaultAccountAdapter):
 
     def clean_email(self, email: str) -> str:
         email = super().clean_email(email)
-        if not settings.PORTAL_SIGNUP_OPEN:
+        # Only signup is anonymous; a logged-in person adding an address to their account is not limited.
+        signing_up = self.request is not None and not self.request.user.is_authenticated
+        if signing_up and not settings.PORTAL_SIGNUP_OPEN:
             # Signup is open only because of an invitation: for the address it was sent to, no other.
             invitation = invitation_in(self.request)[1]
             if invitation is None or invitation.email.casefold() != email.casefold():
