@@ -203,7 +203,7 @@ def server_import(request: HttpRequest) -> HttpResponse:
 @login_required
 def server_export(request: HttpRequest) -> HttpResponse:
     """A team's servers as mcpServers JSON, secrets held back; `?download=1` for the file."""
-    teams = Team.objects.filter(memberships__user=request.user).order_by("name")
+    teams = teams_where(request.user, TeamAction.SEE_SERVERS).order_by("name")
     wanted = request.GET.get("team", "")
     team = teams.filter(pk=wanted).first() if wanted.isdigit() else teams.first()
     if team is None:
@@ -226,7 +226,8 @@ def server_export(request: HttpRequest) -> HttpResponse:
 
 
 def _member_teams(request: HttpRequest):
-    return Team.objects.filter(memberships__user=request.user).order_by("name")
+    # Every role reads its teams' policy; changing it is MANAGE_POLICY (team_policy below).
+    return teams_where(request.user, TeamAction.SEE_SERVERS).order_by("name")
 
 
 @login_required
