@@ -147,3 +147,35 @@ def test_a_removed_members_open_form_is_cancelled(alice, bob, demo_server):
     assert ended["status"] != "running"
     # Answering it afterwards changes nothing: the form is closed.
     assert Elicitation.objects.get(pk=asked["elicitation"]).response is None
+
+
+def test_a_removed_members_socket_stops_receiving_the_teams_events(alice, bob, demo_server):
+    from servers.credential_actions import do_set_secret
+
+    demo_server.shared = True  # one session for the whole team: its events go to every member
+    demo_server.save()
+    cookies = {"alice": session_cookie(alice), "bob": session_cookie(bob)}
+    remove = database_sync_to_async(lambda: TeamPages(alice).remove(membership(bob, "Acme")))
+    # A new team value changes the shared connection's credentials: the workers close it.
+    change = database_sync_to_async(lambda: do_set_secret(demo_server, "TOKEN", "v2", by=alice, team=demo_server.team))
+
+    async def scenario():
+        async with Playground(cookies["bob"]) as bob_ws, Playground(cookies["alice"]) as alice_ws:
+            assert (await alice_ws.call(demo_server.pk, "echo", {"message": "1"}))["status"] == "succeeded"
+            before = await bob_ws.until("connection.status", server=demo_server.pk, status="connected")
+            await remove()
+            await change()
+            await alice_ws.until("connection.status", server=demo_server.pk, status="closed", timeout=15)
+            assert (await alice_ws.call(demo_server.pk, "echo", {"message": "2"}))["status"] == "succeeded"
+            closed_at = len(alice_ws.seen)
+            # Whatever bob's socket received since, read it all (receive_nothing leaves the socket open).
+            while not await bob_ws.communicator.receive_nothing(timeout=1):
+                await bob_ws.receive()
+            reopened = [e for e in alice_ws.seen[:closed_at] if e["type"] == "connection.status"][-1]
+            after = [e for e in bob_ws.seen[bob_ws.seen.index(before) + 1 :] if e.get("server") == demo_server.pk]
+            return before, reopened, after
+
+    before, reopened, after = asyncio.run(scenario())
+    # The team's connection opened again and told its members (alice), not bob.
+    assert before["status"] == "connected" and reopened["status"] in ("pending", "connected")
+    assert after == [], after
