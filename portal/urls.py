@@ -11,6 +11,7 @@ urlpatterns = [
     path("admin/login/", views.admin_login, name="admin_login"),
     path("admin/", admin.site.urls),
     path("servers/", include("servers.urls")),
+    path("teams/", include("servers.team_urls")),
     path("", include("servers.credential_urls")),
     path("", include("sessions.urls")),
 ]

@@ -28,6 +28,7 @@ from . import credential_actions as actions
 from .credential_forms import OAuthSettingsForm, SecretForm
 from .credential_models import Credential, CredentialKind, OAuthFlow, ServerOAuth, hash_state
 from .models import Server, TransportKind
+from .roles import TeamAction
 
 
 def _safe_next(request: HttpRequest, default: str) -> str:
@@ -77,7 +78,8 @@ def server_needs(server: Server, user: Any, rows: list[Credential]) -> dict[str,
 
 
 def _visible(user: Any):
-    return Server.objects.visible_to(user).select_related("team", "oauth").distinct()
+    # Auditors keep no credentials for the team's servers (servers/roles.py): they never call them.
+    return Server.objects.where(user, TeamAction.OWN_CREDENTIALS).select_related("team", "oauth").distinct()
 
 
 @login_required

@@ -14,6 +14,7 @@ from sessions.mcp.ssrf import NetworkPolicy
 
 from .outbound import allowed_commands, sandbox_policy
 from .policy import Defaults, Rule
+from .roles import TeamAction, roles_that_may
 
 
 class Team(models.Model):
@@ -25,8 +26,11 @@ class Team(models.Model):
 
 
 class Role(models.TextChoices):
+    """The roles of servers/roles.py, as a model field's choices."""
+
     ADMIN = "admin", "Admin"
     MEMBER = "member", "Member"
+    AUDITOR = "auditor", "Auditor"
 
 
 class Membership(models.Model):
@@ -40,6 +44,45 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} in {self.team} ({self.role})"
+
+
+class Invitation(models.Model):
+    """An admin's invitation of an email address into a team, with a role.
+
+    Only the SHA-256 of the link's token is stored: the link is shown once to the admin and mailed to
+    the address, and a copy of the database cannot be turned into working links.
+    """
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField()
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    token_hash = models.CharField(max_length=64, unique=True)
+    invited_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"invitation of {self.email} to {self.team}"
+
+    @property
+    def state(self) -> str:
+        from django.utils import timezone
+
+        if self.accepted_at:
+            return "accepted"
+        if self.revoked_at:
+            return "revoked"
+        if self.expires_at <= timezone.now():
+            return "expired"
+        return "pending"
 
 
 class TransportKind(models.TextChoices):
@@ -61,14 +104,20 @@ class ProtocolSetting(models.TextChoices):
 class ServerQuerySet(models.QuerySet["Server"]):
     def visible_to(self, user: Any) -> ServerQuerySet:
         """The servers of every team the user belongs to; nothing for anonymous users."""
-        if not user.is_authenticated:
-            return self.none()
-        return self.filter(team__memberships__user=user)
+        return self.where(user, TeamAction.SEE_SERVERS)
+
+    def usable_by(self, user: Any) -> ServerQuerySet:
+        """The servers the user may call: not an auditor's (servers/roles.py)."""
+        return self.where(user, TeamAction.USE_SERVERS)
 
     def administered_by(self, user: Any) -> ServerQuerySet:
+        return self.where(user, TeamAction.MANAGE_SERVERS)
+
+    def where(self, user: Any, action: TeamAction) -> ServerQuerySet:
+        """The servers of the teams where the user's role may do `action` (one join, by the roles table)."""
         if not user.is_authenticated:
             return self.none()
-        return self.filter(team__memberships__user=user, team__memberships__role=Role.ADMIN)
+        return self.filter(team__memberships__user=user, team__memberships__role__in=roles_that_may(action))
 
 
 # The levels of MCP log messages (RFC 5424), least severe first; empty asks the server for none.
@@ -224,7 +273,9 @@ class Server(models.Model):
         return next((tool for tool in self.tools if tool.get("name") == name), None)
 
     def is_admin(self, user: Any) -> bool:
-        return Membership.objects.filter(team_id=self.team_id, user=user, role=Role.ADMIN).exists()
+        return Membership.objects.filter(
+            team_id=self.team_id, user=user, role__in=roles_that_may(TeamAction.MANAGE_SERVERS)
+        ).exists()
 
 
 class ServerUnusable(Exception):
@@ -248,9 +299,18 @@ def usable_server(server_id: Any, user: Any = None, servers: ServerQuerySet | No
     """
     rows = Server.objects.all() if servers is None else servers
     if user is not None:
-        rows = rows.visible_to(user)
+        rows = rows.usable_by(user)
     # A bool is an int to Python, never a server id; order_by(): one row by primary key needs no ordering.
-    return check_usable(rows.filter(pk=server_id).order_by().first() if type(server_id) is int else None)
+    server = rows.filter(pk=server_id).order_by().first() if type(server_id) is int else None
+    if server is None and user is not None and type(server_id) is int:
+        # Only on refusal: a server of the user's team that their role may not use (an auditor's) is
+        # named as such, rather than as unknown.
+        seen = Server.objects.visible_to(user).select_related("team").filter(pk=server_id).order_by().first()
+        if seen is not None:
+            raise ServerUnusable(
+                "role_refused", f"Your role in {seen.team} (auditor) reads its records; it cannot use {seen.name}."
+            )
+    return check_usable(server)
 
 
 def check_usable(server: Server | None) -> Server:

@@ -1,4 +1,10 @@
-"""The rows behind a decision: load a team's and a user's rules and the team's defaults, then decide.
+"""The rows behind a decision: who may do what in a team (by role), and which tool calls the rules allow.
+
+`team_allows()` is the one door for every page and WebSocket entry point that asks what a person's
+role lets them do in a team; querysets use `teams_where()` (or ServerQuerySet.where), read from the
+same table (servers/roles.py).
+
+For tools: load a team's and a user's rules and the team's defaults, then decide.
 
 Two queries at most per decision: the rules of (team, user) in one, and the team's
 defaults in another unless the server was loaded with `select_related("team__policy")`.
@@ -12,8 +18,28 @@ from django.db.models import Q
 
 from sessions.mcp.naming import tool_full_name
 
-from .models import PermissionRule, Server, Team, TeamPolicy
+from .models import Membership, PermissionRule, Server, Team, TeamPolicy
 from .policy import Decision, Defaults, Rule, classify, decide, definition_diff
+from .roles import TeamAction, may, roles_that_may
+
+
+def team_role(user: Any, team_id: int) -> str | None:
+    """The user's role in the team, or None when they are not in it (or not logged in)."""
+    if not getattr(user, "is_authenticated", False):
+        return None
+    return Membership.objects.filter(team_id=team_id, user=user).values_list("role", flat=True).first()
+
+
+def team_allows(user: Any, team_id: int, action: TeamAction) -> bool:
+    """May `user` do `action` in the team? Read afresh on every ask, so a changed role counts at once."""
+    return may(team_role(user, team_id), action)
+
+
+def teams_where(user: Any, action: TeamAction):
+    """The teams where the user's role may do `action`."""
+    if not getattr(user, "is_authenticated", False):
+        return Team.objects.none()
+    return Team.objects.filter(memberships__user=user, memberships__role__in=roles_that_may(action))
 
 
 def team_defaults(team: Team) -> Defaults:

@@ -21,9 +21,10 @@ from sessions.models import ConnectionStatus
 
 from . import actions, mcp_json
 from .forms import ElicitationHookForm, ImportForm, RuleForm, ServerForm, TeamDefaultsForm
-from .models import ElicitationHook, Membership, PermissionRule, Role, Server, Team, TeamPolicy
+from .models import ElicitationHook, Membership, PermissionRule, Server, Team, TeamPolicy
 from .outbound import sandbox_enabled
-from .permissions import describe_tools
+from .permissions import describe_tools, team_allows, teams_where
+from .roles import TeamAction
 
 DEFAULT_FIELDS = ("read_only", "destructive", "other")
 
@@ -54,7 +55,7 @@ def _administered_server(request: HttpRequest, server_id: int) -> Server:
 
 
 def _admin_teams(request: HttpRequest):
-    return Team.objects.filter(memberships__user=request.user, memberships__role=Role.ADMIN).order_by("name")
+    return teams_where(request.user, TeamAction.MANAGE_SERVERS).order_by("name")
 
 
 def _attach_connection_status(user, servers) -> None:
@@ -204,7 +205,7 @@ def server_import(request: HttpRequest) -> HttpResponse:
 @login_required
 def server_export(request: HttpRequest) -> HttpResponse:
     """A team's servers as mcpServers JSON, secrets held back; `?download=1` for the file."""
-    teams = Team.objects.filter(memberships__user=request.user).order_by("name")
+    teams = teams_where(request.user, TeamAction.SEE_SERVERS).order_by("name")
     wanted = request.GET.get("team", "")
     team = teams.filter(pk=wanted).first() if wanted.isdigit() else teams.first()
     if team is None:
@@ -227,7 +228,8 @@ def server_export(request: HttpRequest) -> HttpResponse:
 
 
 def _member_teams(request: HttpRequest):
-    return Team.objects.filter(memberships__user=request.user).order_by("name")
+    # Every role reads its teams' policy; changing it is MANAGE_POLICY (team_policy below).
+    return teams_where(request.user, TeamAction.SEE_SERVERS).order_by("name")
 
 
 @login_required
@@ -248,7 +250,7 @@ def my_rules(request: HttpRequest) -> HttpResponse:
 def team_policy(request: HttpRequest, team_id: int) -> HttpResponse:
     """A team's rules and defaults: every member may read them, admins change them."""
     team = get_object_or_404(_member_teams(request), pk=team_id)
-    is_admin = Membership.objects.filter(team=team, user=request.user, role=Role.ADMIN).exists()
+    is_admin = team_allows(request.user, team.pk, TeamAction.MANAGE_POLICY)
     policy = TeamPolicy.objects.filter(team=team).first() or TeamPolicy(team=team)
     posted = request.POST if request.method == "POST" else None
     if posted is not None and not is_admin:
@@ -280,7 +282,7 @@ def rule_delete(request: HttpRequest, rule_id: int) -> HttpResponse:
     if rule.user_id is not None:
         allowed = rule.user_id == request.user.pk
     else:
-        allowed = Membership.objects.filter(team=rule.team, user=request.user, role=Role.ADMIN).exists()
+        allowed = team_allows(request.user, rule.team_id, TeamAction.MANAGE_POLICY)
     if not allowed:
         raise Http404("No such rule.")
     actions.do_delete_rule(rule, request.user)

@@ -372,6 +372,42 @@ def do_expire_approval(approval_id: str) -> float | None:
     return None
 
 
+def do_withdraw_member_requests(user_id: int, server_ids: list[int], reason: str) -> None:
+    """Someone left a team (or may no longer call its servers): their calls to those servers that wait
+    for an approval end rejected, and the forms and sampling requests their running calls hold open
+    are cancelled, the server hearing "cancel" (as when the person cancels the form)."""
+    approvals = (
+        Approval.objects.select_for_update(of=("self",))
+        .select_related("call__server", "call__user")
+        .filter(user_id=user_id, state=ApprovalState.PENDING, call__server_id__in=server_ids)
+    )
+    for approval in approvals:
+        Approval.objects.filter(pk=approval.pk, state=ApprovalState.PENDING).update(
+            state=ApprovalState.DECLINED, answered_at=timezone.now()
+        )
+        approval.state = ApprovalState.DECLINED
+        _end_waiting_call(approval.call, CallStatus.REJECTED, reason, "membership_ended")
+        _notify_on_commit(user_id, _ended_event(approval))
+    forms = Elicitation.objects.select_related("call").filter(
+        state=ElicitationState.PENDING, call__user_id=user_id, call__server_id__in=server_ids
+    )
+    for form in forms:
+        if do_answer_elicitation(form.pk, ElicitationState.CANCELLED) and form.call.channel:
+            message = {"type": "elicitation.answer", "elicitation": str(form.pk), "action": "cancel", "content": None}
+            transaction.on_commit(lambda c=form.call.channel, m=message: _send_to_call(c, m))
+    asks = SamplingRequest.objects.select_related("call").filter(
+        state=SamplingState.PENDING, call__user_id=user_id, call__server_id__in=server_ids
+    )
+    for ask in asks:
+        if do_answer_sampling(ask.pk, SamplingState.DECLINED) and ask.call.channel:
+            message = {"type": "sampling.answer", "sampling": str(ask.pk), "action": "decline", "text": "", "model": ""}
+            transaction.on_commit(lambda c=ask.call.channel, m=message: _send_to_call(c, m))
+
+
+def _send_to_call(channel: str, message: dict[str, Any]) -> None:
+    async_to_sync(get_channel_layer().send)(channel, message)
+
+
 @transaction.atomic
 def do_list_pending_approvals(user: Any) -> list[Approval]:
     """The user's approvals still waiting, after ending any that are overdue (a lost expiry task)."""

@@ -23,7 +23,8 @@ from django.urls import reverse
 
 from servers.credential_models import Credential, CredentialKind
 from servers.crypto import CredentialUnreadable
-from servers.models import Server
+from servers.models import Membership, Server
+from servers.roles import TeamAction, roles_that_may
 
 from .mcp.config import ConnectionKey, ServerConfig
 from .mcp.errors import Failure
@@ -272,9 +273,17 @@ def _current_fingerprints(server_id: int, owners: set[str]) -> dict[str, str]:
     if server is None:
         return {}
     base = server.to_config().fingerprint()
+    # Someone who may no longer call the team's servers (removed, left, made auditor) has no current
+    # fingerprint: every connection that used their credentials is outdated.
+    ids = [int(owner[5:]) for owner in owners if owner.startswith("user:")]
+    users = set(
+        Membership.objects.filter(
+            team_id=server.team_id, user_id__in=ids, role__in=roles_that_may(TeamAction.USE_SERVERS)
+        ).values_list("user_id", flat=True)
+    )
     found = {}
     for owner in owners:
-        if owner.startswith("user:"):
+        if owner.startswith("user:") and int(owner[5:]) in users:
             found[owner] = f"{base}.{revision(applicable(server, int(owner[5:])))}"
         elif owner.startswith("team:") and server.shared:
             found[owner] = f"{base}.{revision(list(Credential.objects.filter(server=server, team_id=server.team_id)))}"

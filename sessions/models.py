@@ -238,6 +238,7 @@ class AuditKind(models.TextChoices):
     CALL = "call", "Call"
     POLICY = "policy", "Policy change"
     HOOK = "hook", "Automatic answer"
+    MEMBERSHIP = "membership", "Membership change"
 
 
 class AuditEvent(models.Model):

@@ -12,8 +12,9 @@ from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 from django.utils.http import urlencode
 
-from servers.models import Role, Server, Team
-from servers.permissions import describe_tools
+from servers.models import Membership, Server
+from servers.permissions import describe_tools, teams_where
+from servers.roles import TeamAction
 from servers.views import team_required
 
 from . import audit
@@ -27,7 +28,8 @@ AUDIT_PAGE_ROWS = 200
 
 @team_required
 def playground(request: HttpRequest) -> HttpResponse:
-    servers = Server.objects.visible_to(request.user).filter(enabled=True).select_related("team").distinct()
+    # The servers the person may call: an auditor's teams add none (servers/roles.py).
+    servers = Server.objects.usable_by(request.user).filter(enabled=True).select_related("team").distinct()
     catalog = [
         {
             "id": s.pk,
@@ -53,7 +55,7 @@ def playground(request: HttpRequest) -> HttpResponse:
 
 def _servers_page(request: HttpRequest, template: str) -> HttpResponse:
     """The Resources and Prompts tabs: the user's enabled servers; the rest comes over the WebSocket."""
-    servers = Server.objects.visible_to(request.user).filter(enabled=True).select_related("team").distinct()
+    servers = Server.objects.usable_by(request.user).filter(enabled=True).select_related("team").distinct()
     catalog = [{"id": s.pk, "name": s.name, "team": s.team.name} for s in servers]
     selected = {"server": request.GET.get("server", "")}
     return render(request, template, {"catalog": catalog, "selected": selected, "has_servers": bool(catalog)})
@@ -77,9 +79,26 @@ def _own_call(request: HttpRequest, call_id: str) -> ToolCall | None:
     return ToolCall.objects.filter(pk=pk, user=request.user).first()
 
 
+def _readable_calls(user: Any) -> QuerySet[ToolCall]:
+    """One's own calls, and an auditor's teams' calls (servers/roles.py: READ_TEAM_CALLS)."""
+    teams = teams_where(user, TeamAction.READ_TEAM_CALLS)
+    return ToolCall.objects.filter(Q(user=user) | Q(server__team__in=teams))
+
+
+def mark_former_members(rows: list[Any], team_of: Any) -> list[Any]:
+    """Give each row `.former_member`: its person is no longer in the row's team (removed or left).
+    Their rows stay; pages say so next to the name."""
+    pairs = {(team_of(row), row.user_id) for row in rows if team_of(row) and row.user_id}
+    teams, users = {t for t, _ in pairs}, {u for _, u in pairs}
+    current = set(Membership.objects.filter(team_id__in=teams, user_id__in=users).values_list("team_id", "user_id"))
+    for row in rows:
+        row.former_member = bool(team_of(row) and row.user_id) and (team_of(row), row.user_id) not in current
+    return rows
+
+
 def _filtered_calls(request: HttpRequest) -> tuple[QuerySet[ToolCall], dict[str, str]]:
     filters = {name: request.GET.get(name, "").strip() for name in ("server", "tool", "status")}
-    calls = ToolCall.objects.filter(user=request.user)
+    calls = _readable_calls(request.user)
     if filters["server"]:
         calls = calls.filter(server_name=filters["server"])
     if filters["tool"]:
@@ -92,7 +111,10 @@ def _filtered_calls(request: HttpRequest) -> tuple[QuerySet[ToolCall], dict[str,
 @login_required
 def call_list(request: HttpRequest) -> HttpResponse:
     calls, filters = _filtered_calls(request)
-    own = ToolCall.objects.filter(user=request.user)
+    own = _readable_calls(request.user)
+    shown = mark_former_members(
+        list(calls.select_related("server", "user")[:LIST_LIMIT]), lambda c: c.server.team_id if c.server else None
+    )
     choices = {
         "servers": sorted(set(own.exclude(server_name="").values_list("server_name", flat=True))),
         "tools": sorted(set(own.values_list("tool", flat=True))),
@@ -102,7 +124,8 @@ def call_list(request: HttpRequest) -> HttpResponse:
         request,
         "sessions/calls.html",
         {
-            "calls": calls.select_related("server")[:LIST_LIMIT],
+            "calls": shown,
+            "team_reader": teams_where(request.user, TeamAction.READ_TEAM_CALLS).exists(),
             "filters": filters,
             "filtered": any(filters.values()),
             "choices": choices,
@@ -122,7 +145,7 @@ def call_list_export(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def call_detail(request: HttpRequest, call_id: str) -> HttpResponse:
-    call = get_object_or_404(ToolCall, pk=call_id, user=request.user)
+    call = get_object_or_404(_readable_calls(request.user), pk=call_id)
     details = {k: v for k, v in call.details.items() if k not in ("progress", "stderr_tail", "errors")}
     return render(
         request,
@@ -167,9 +190,9 @@ def _download(body: Any, filename: str) -> HttpResponse:
 
 
 def _visible_events(user: Any) -> QuerySet[AuditEvent]:
-    """Team admins see their teams' rows; everyone sees their own."""
-    admin_teams = Team.objects.filter(memberships__user=user, memberships__role=Role.ADMIN)
-    return AuditEvent.objects.filter(Q(user=user) | Q(team__in=admin_teams)).select_related("team")
+    """Team admins and auditors see their teams' rows; everyone sees their own."""
+    teams = teams_where(user, TeamAction.READ_TEAM_AUDIT)
+    return AuditEvent.objects.filter(Q(user=user) | Q(team__in=teams)).select_related("team")
 
 
 def _day(text: str) -> date | None:
@@ -216,13 +239,14 @@ def audit_log(request: HttpRequest) -> HttpResponse:
         response = JsonResponse({"events": [audit.as_row(e) for e in events.iterator(chunk_size=500)]})
         response["Content-Disposition"] = f'attachment; filename="audit-{stamp}.json"'
         return response
-    is_admin = Team.objects.filter(memberships__user=request.user, memberships__role=Role.ADMIN).exists()
+    is_admin = teams_where(request.user, TeamAction.READ_TEAM_AUDIT).exists()
     query = urlencode({name: value for name, value in params.items() if value})
+    shown = mark_former_members(list(events[:AUDIT_PAGE_ROWS]), lambda e: e.team_id)
     return render(
         request,
         "sessions/audit.html",
         {
-            "events": events[:AUDIT_PAGE_ROWS],
+            "events": shown,
             "limit": AUDIT_PAGE_ROWS,
             "params": params,
             "query": query,
@@ -236,6 +260,11 @@ def audit_log(request: HttpRequest) -> HttpResponse:
                 "defaults_saved",
                 "hook_saved",
                 "hook_deleted",
+                "invited",
+                "joined",
+                "role_changed",
+                "removed",
+                "left",
                 "accept",
                 "decline",
                 "cancel",

@@ -72,7 +72,9 @@ def test_bootstrap_creates_the_admin_once_and_registers_the_demo_server():
     out = StringIO()
     call_command("bootstrap", stdout=out)
     assert "username: admin" in out.getvalue() and "password: " in out.getvalue()
-    assert Membership.objects.get(user__username="admin").role == "admin"
+    membership = Membership.objects.select_related("user").get(user__username="admin")
+    # The operator: a superuser (the Django admin within reach) and admin of the default team.
+    assert membership.role == "admin" and membership.user.is_superuser and membership.user.is_staff
     demo = Server.objects.get()
     assert demo.name == "demo" and demo.args == ["-m", "sessions.mcp.demo_server"]
 

@@ -116,3 +116,52 @@ def test_every_event_reaches_only_its_owner(make_user, demo_http_url, workers):
     if workers:
         # Every call ran in one of the two worker processes started for this test.
         assert set(ToolCall.objects.values_list("worker", flat=True)) <= set(workers)
+
+
+def test_one_person_in_two_teams_keeps_the_teams_apart(make_user, bob, carol):
+    """Dana is in Acme and in Globex, and both teams have a server named demo. Her own rule made in Acme
+    stays in Acme, the playground groups her servers by team, people of one team never reach the other's
+    server, and leaving Acme ends her use of Acme's server only."""
+    from servers.actions import do_add_rule
+    from servers.models import Membership, Team
+    from servers.team_actions import do_leave_team
+
+    dana = make_user("dana", team="Acme")
+    acme, globex = Team.objects.get(name="Acme"), Team.objects.get(name="Globex")
+    Membership.objects.create(team=globex, user=dana, role="member")
+    servers = {
+        team.name: Server.objects.create(
+            team=team, name="demo", transport="stdio", command=DEMO_COMMAND, args=DEMO_ARGS
+        )
+        for team in (acme, globex)
+    }
+    do_add_rule(acme, dana, "mcp__demo__echo", "deny", dana)
+    cookies = {user.username: session_cookie(user) for user in (dana, bob, carol)}
+
+    async def call(name: str, team: str) -> dict:
+        async with Playground(cookies[name]) as ws:
+            return await ws.call(servers[team].pk, "echo", {"message": f"{name} in {team}"}, timeout=60)
+
+    async def at_once(*pairs) -> list[dict]:
+        return await asyncio.gather(*(call(name, team) for name, team in pairs))
+
+    dana_acme, dana_globex, bob_globex, carol_acme, bob_acme = asyncio.run(
+        at_once(("dana", "Acme"), ("dana", "Globex"), ("bob", "Globex"), ("carol", "Acme"), ("bob", "Acme"))
+    )
+    assert (dana_acme["status"], dana_acme["error_kind"]) == ("rejected", "denied")  # her Acme rule
+    assert dana_globex["status"] == "succeeded" and dana_globex["result"]["content"][0]["text"] == "dana in Globex"
+    assert bob_acme["status"] == "succeeded"
+    for outsider in (bob_globex, carol_acme):
+        assert (outsider["status"], outsider["error_kind"]) == ("rejected", "unknown_server"), outsider
+
+    from django.test import Client
+
+    client = Client()
+    client.force_login(dana)
+    page = client.get("/playground/").content.decode()
+    assert '<optgroup label="Acme">' in page and '<optgroup label="Globex">' in page
+
+    do_leave_team(dana, acme)
+    left_acme, still_globex = asyncio.run(at_once(("dana", "Acme"), ("dana", "Globex")))
+    assert left_acme["error_kind"] == "unknown_server"
+    assert still_globex["status"] == "succeeded"

@@ -23,7 +23,9 @@ class Command(BaseCommand):
         User = get_user_model()
         if not User.objects.exists():
             password = secrets.token_urlsafe(12)
-            user = User.objects.create_user(username=username, email=f"{username}@localhost", password=password)
+            # The operator's account: a superuser, so the Django admin and every team are within reach.
+            # Team admins are not staff; they run their teams from the Teams page.
+            user = User.objects.create_superuser(username=username, email=f"{username}@localhost", password=password)
             do_join_team(user, settings.PORTAL_DEFAULT_TEAM, Role.ADMIN)
             self.stdout.write(
                 "\n".join(
@@ -33,7 +35,8 @@ class Command(BaseCommand):
                         "  The first account was created. It is shown this once:",
                         f"    username: {username}",
                         f"    password: {password}",
-                        "  It is the admin of the default team. Change the password after logging in",
+                        "  It is the operator (a superuser) and the admin of the default team; invite",
+                        "  colleagues from Teams. Change the password after logging in",
                         "  (Account → Change password), or run: python manage.py changepassword admin",
                         "=" * 64,
                         "",
