@@ -3,33 +3,10 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
-import pytest
-
-from servers.models import Server
 from sessions.models import FINISHED as ENDED
 from sessions.models import AuditEvent, CallStatus, ToolCall
-from tests.conftest import ROOT
-
-FAULT_ARGS = ["-m", "tests.servers.fault_server"]
-
-
-@pytest.fixture
-def fault_server(alice):
-    """The misbehaving stdio server (tests/servers/fault_server.py), registered for Acme."""
-    return Server.objects.create(
-        team=alice.memberships.get().team,
-        name="faulty",
-        transport="stdio",
-        command=sys.executable,
-        args=FAULT_ARGS,
-        cwd=str(ROOT),
-        protocol="legacy",
-        request_timeout=30,
-        created_by=alice,
-    )
 
 
 def holder_of(path: Path) -> int:
