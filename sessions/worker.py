@@ -37,6 +37,7 @@ from .affinity import WORKER_NAME
 from .mcp.config import ConnectionKey, Negotiated, ServerConfig
 from .mcp.elicitation import defaults
 from .mcp.errors import ConnectionFailed, Failure
+from .mcp.naming import NEEDS_TASKS_MESSAGE, needs_tasks
 from .mcp.pool import CallHooks, CallOutcome, ConnectionPool, PoolEvents, PoolSettings
 from .mcp.schema import validate_arguments
 from .mcp.secrets import Scrubber
@@ -320,6 +321,8 @@ def _details(outcome: CallOutcome) -> dict[str, Any]:
         details["errors"] = outcome.errors
     if outcome.retried:
         details["retried"] = "the session had expired; the call ran again on a new one"
+    if outcome.exchange:
+        details["exchange"] = outcome.exchange
     return details
 
 
@@ -429,6 +432,11 @@ def _call_prepared(
     if tool is None:
         return CallOutcome(
             CallStatus.REJECTED, failure=Failure("unknown_tool", f"{server.name} has no tool named {call.tool!r}.")
+        )
+    if needs_tasks(tool):
+        # The server would refuse it too, in its own words: say why before asking it.
+        return CallOutcome(
+            CallStatus.REJECTED, failure=Failure("needs_tasks", NEEDS_TASKS_MESSAGE.format(tool=call.tool))
         )
     errors = validate_arguments(tool.get("inputSchema"), call.arguments)
     if errors:
@@ -658,7 +666,8 @@ async def _converse(
         # the connection stays open for the next call.
         duration_ms = round((time.monotonic() - started) * 1000, 3)
         failure = Failure("cancelled", "You cancelled the call.")
-        return CallOutcome(CallStatus.CANCELLED, failure=failure, duration_ms=duration_ms)
+        exchange = hooks.exchange.as_list()
+        return CallOutcome(CallStatus.CANCELLED, failure=failure, duration_ms=duration_ms, exchange=exchange)
     finally:
         listener.cancel()
         # A form still open when the call ends (cancelled, say): in the handshake era its callback

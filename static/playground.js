@@ -47,10 +47,16 @@ function renderToolList() {
       "data-tool": tool.name,
       onclick: () => selectTool(tool.name),
     }, h("span", { class: "tool-name", text: tool.title || tool.name }), h("code", { class: "small", text: tool.name }),
+      tool.needs_tasks ? needsTasks() : "",
       // The list shows the summary (cut at 2,048 characters); the tool pane shows the full description.
       h("span", { class: "tool-summary", text: tool.summary ?? "" }))));
   }
   if (focused !== undefined) [...list.querySelectorAll("button.tool")].find((b) => b.dataset.tool === focused)?.focus();
+}
+
+// A tool the server runs only as a task (execution.taskSupport "required"): the portal refuses to call it.
+function needsTasks() {
+  return h("span", { class: "badge off", title: "The server runs this tool only as an MCP task; the portal does not support tasks yet.", text: "needs tasks (not supported yet)" });
 }
 
 function badges(annotations = {}) {
@@ -71,7 +77,7 @@ function selectTool(name, initial) {
   $("tool-title").textContent = tool.title || tool.annotations?.title || tool.name;
   $("tool-full-name").textContent = state.server.prefix + tool.name;
   const described = state.server.described?.[tool.name];
-  $("tool-badges").replaceChildren(...badges(tool.annotations), described ? h("span", { class: "badge", text: described.class }) : "");
+  $("tool-badges").replaceChildren(...badges(tool.annotations), tool.needs_tasks ? needsTasks() : "", described ? h("span", { class: "badge", text: described.class }) : "");
   $("tool-decision").replaceChildren(...(described ? [
     h("span", { class: `badge effect-${described.decision.effect}`, text: EFFECT_LABELS[described.decision.effect] }), " ",
     described.decision.reason,

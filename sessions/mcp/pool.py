@@ -38,6 +38,7 @@ from .errors import (
     is_connection_lost,
     is_session_expired,
     is_terminal,
+    protocol_message,
 )
 from .naming import annotate_tools
 from .processes import become_subreaper
@@ -53,6 +54,7 @@ from .results import (
 )
 from .transports import HttpTrace, open_transport, read_tail
 from .variables import MissingVariable, expand_config
+from .wire import Exchange, Wire, tapped
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -92,6 +94,8 @@ class CallHooks:
     on_elicit_done: ElicitDoneSink | None = None
     on_sample: SampleSink | None = None
     on_log: LogSink | None = None
+    # The call's JSON-RPC messages as they pass (wire.py); shared by the copies `scrubbing` makes.
+    exchange: Exchange = field(default_factory=Exchange)
     _scope: anyio.CancelScope | None = None
     _seconds: float = 0.0
 
@@ -170,6 +174,7 @@ class CallOutcome:
     errors: list[dict[str, Any]] = field(default_factory=list)  # per-field argument errors
     retried: bool = False  # the session had expired and the call ran again on a new one
     truncated: dict[str, Any] | None = None  # set by the caller that cut the result
+    exchange: list[dict[str, Any]] = field(default_factory=list)  # the raw JSON-RPC view (wire.py)
 
 
 class RequestTimedOut(Exception):
@@ -203,6 +208,18 @@ class Connection:
     calls: list[CallHooks] = field(default_factory=list)  # in flight, oldest first
     on_server_log: LogSink | None = None  # logs that arrive outside any call
     subscriptions: ResourceSubscriptions | None = None
+    wire: Wire = field(init=False)
+
+    def __post_init__(self) -> None:
+        def sending() -> Exchange | None:
+            hooks = serving.get()  # only a call's own task: a listing beside a call is not the call's
+            return hooks.exchange if hooks is not None else None
+
+        def served() -> Exchange | None:
+            hooks = self._serving()
+            return hooks.exchange if hooks is not None else None
+
+        self.wire = Wire(sending, served)
 
     async def open(self) -> None:
         """Start the connection's task and wait, bounded by the connect timeout, for the handshake."""
@@ -228,7 +245,7 @@ class Connection:
     def _client(self, config: ServerConfig) -> Client:
         mode, discover = config.connect_mode()
         return Client(
-            open_transport(config, self._errlog, self.http),
+            tapped(open_transport(config, self._errlog, self.http), self.wire),
             mode=mode,
             prior_discover=types.DiscoverResult.model_validate(discover) if discover else None,
             client_info=CLIENT_INFO,
@@ -509,6 +526,7 @@ class Connection:
                         self.calls.remove(hooks)
         finally:
             serving.reset(token)
+            self.wire.forget(hooks.exchange)
         raise RequestTimedOut(seconds)
 
     async def check_health(self) -> None:
@@ -812,15 +830,17 @@ class ConnectionPool:
     ) -> CallOutcome:
         started = time.monotonic()
         attempts = 0
+        hooks = hooks or CallHooks(on_progress=on_progress)
 
         async def call(conn: Connection) -> types.CallToolResult:
             nonlocal attempts
             attempts += 1
-            return await conn.call_tool(tool, arguments, hooks or CallHooks(on_progress=on_progress))
+            return await conn.call_tool(tool, arguments, hooks)
 
         def ended(outcome: CallOutcome) -> CallOutcome:
             outcome.duration_ms = round((time.monotonic() - started) * 1000, 3)
             outcome.retried = attempts > 1
+            outcome.exchange = hooks.exchange.as_list()
             return outcome
 
         try:
@@ -887,7 +907,9 @@ class ConnectionPool:
                 raise
             if isinstance(exc, MCPError) and exc.error.code in SERVER_REFUSALS:
                 # Checked before diagnose(): on 2026 HTTP these come with HTTP 400, which is not a transport fault.
-                raise ConnectionFailed(Failure("protocol", f"MCP error {exc.error.code}: {exc.error.message}")) from exc
+                raise ConnectionFailed(
+                    Failure("protocol", protocol_message(exc.error.code, exc.error.message))
+                ) from exc
             if is_connection_lost(exc):
                 await self.drop(key)
             failure = conn.diagnose(exc)

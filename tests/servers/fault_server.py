@@ -9,7 +9,9 @@ Handshake era only (run it with the server's protocol set to "legacy"). Its tool
 - `nul`: an answer with a NUL character in it (no PostgreSQL text can hold one);
 - `mismatch`: structured content that breaks the tool's own output schema;
 - `garbage`: lines that are not JSON-RPC (and answers to requests never made), then the answer;
-- `garbage_only`: the same lines and no answer at all.
+- `garbage_only`: the same lines and no answer at all;
+- `prefixed_error`: a JSON-RPC error whose message already says "MCP error -32602:", as servers on
+  the TypeScript SDK send them.
 """
 
 from __future__ import annotations
@@ -72,6 +74,11 @@ TOOLS = [
         "description": "Invalid JSON-RPC, then the answer.",
         "inputSchema": {"type": "object"},
         "annotations": {"readOnlyHint": True},
+    },
+    {
+        "name": "prefixed_error",
+        "description": "An error whose message carries its own code.",
+        "inputSchema": {"type": "object"},
     },
     {
         "name": "garbage_only",
@@ -158,6 +165,9 @@ def call(request_id, name: str, arguments: dict, meta: dict) -> None:
             write(line)
         if name == "garbage":
             text_result(request_id, "answered after the garbage")
+    elif name == "prefixed_error":
+        message = "MCP error -32602: Invalid arguments for tool prefixed_error"
+        write({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32602, "message": message}})
     else:
         write({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32602, "message": f"Unknown tool: {name}"}})
 
