@@ -208,12 +208,14 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     events, params = _filtered(request)
     export = request.GET.get("format")
     stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+    reader = request.user.get_username()
     if export == "csv":
-        response = StreamingHttpResponse(audit.csv_lines(events.iterator(chunk_size=500)), content_type="text/csv")
+        lines = audit.csv_lines(events.iterator(chunk_size=500), reader)
+        response = StreamingHttpResponse(lines, content_type="text/csv")
         response["Content-Disposition"] = f'attachment; filename="audit-{stamp}.csv"'
         return response
     if export == "json":
-        response = JsonResponse({"events": [audit.as_row(e) for e in events.iterator(chunk_size=500)]})
+        response = JsonResponse({"events": [audit.as_row(e, reader) for e in events.iterator(chunk_size=500)]})
         response["Content-Disposition"] = f'attachment; filename="audit-{stamp}.json"'
         return response
     is_admin = Team.objects.filter(memberships__user=request.user, memberships__role=Role.ADMIN).exists()
@@ -222,7 +224,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
         request,
         "sessions/audit.html",
         {
-            "events": events[:AUDIT_PAGE_ROWS],
+            "events": [audit.shown_to(event, reader) for event in events[:AUDIT_PAGE_ROWS]],
             "limit": AUDIT_PAGE_ROWS,
             "params": params,
             "query": query,
