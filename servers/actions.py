@@ -11,6 +11,7 @@ from django.utils import timezone
 from sessions.mcp.naming import tool_full_name
 
 from . import mcp_json
+from .credential_actions import do_set_secret
 from .models import (
     Effect,
     ElicitationHook,
@@ -123,28 +124,35 @@ def plan_import(team: Team, text: str, operator: bool = False) -> mcp_json.Parse
         if error:
             entry.fail(error)
         entry.report = mcp_json.placeholder_report(fields, server_variables())
+        entry.credentials = mcp_json.literal_credentials(fields)
     return mcp_json.mark_duplicates(parsed, Server.objects.filter(team=team).values_list("name", flat=True))
 
 
 @transaction.atomic
 def do_import_servers(
-    team: Team, by: Any, text: str, operator: bool | None = None
+    team: Team, by: Any, text: str, operator: bool | None = None, as_secrets: bool = False
 ) -> tuple[mcp_json.ParsedConfig, list[Server]]:
     """Create every new server of an mcpServers config, or none of them.
 
     Entries in error block the whole import; duplicates (by name) and transports the
     portal cannot run yet are skipped, so importing the same file twice creates nothing twice.
-    `operator` defaults to whether `by` is a superuser.
+    `operator` defaults to whether `by` is a superuser. `as_secrets`: each credential written in
+    the clear (an env or header value) is stored as the team's secret and referenced as
+    `${secret:NAME}`, instead of being kept in the server's settings.
     """
     if operator is None:
         operator = bool(getattr(by, "is_superuser", False))
     # Lock the team so that two imports at once cannot both decide a name is new.
     Team.objects.select_for_update().filter(pk=team.pk).first()
     plan = plan_import(team, text, operator)
-    created = [
-        do_create_server(team, by, {"name": entry.name, "transport": entry.transport, **entry.fields})
-        for entry in plan.to_create
-    ]
+    created = []
+    for entry in plan.to_create:
+        fields = dict(entry.fields)
+        secrets = mcp_json.as_secrets(fields, entry.credentials) if as_secrets else {}
+        server = do_create_server(team, by, {"name": entry.name, "transport": entry.transport, **fields})
+        for name, value in secrets.items():
+            do_set_secret(server, name, value, by=by, team=team)
+        created.append(server)
     return plan, created
 
 
