@@ -57,7 +57,8 @@ def do_create_server(team: Team, by: Any, fields: dict[str, Any]) -> Server:
 
 @transaction.atomic
 def do_update_server(server: Server, fields: dict[str, Any]) -> Server:
-    changed = {k: fields[k] for k in SERVER_FIELDS if k in fields}
+    # Only what differs: the edit form sends every field, and an unchanged command keeps its tool list.
+    changed = {k: fields[k] for k in SERVER_FIELDS if k in fields and fields[k] != getattr(server, k)}
     for name, value in changed.items():
         setattr(server, name, value)
     if changed.keys() - {
@@ -101,7 +102,9 @@ def do_record_prompt_count(server_id: int, prompts: int) -> None:
 
 
 def do_record_test(server_id: int, result: dict[str, Any]) -> None:
-    Server.objects.filter(pk=server_id).update(last_test=result, last_tested_at=timezone.now())
+    """The test's result; a successful one also counts what the server offers, as listing would."""
+    counted = {k: result[k] for k in ("resource_count", "template_count", "prompt_count") if result.get(k) is not None}
+    Server.objects.filter(pk=server_id).update(last_test=result, last_tested_at=timezone.now(), **counted)
 
 
 def plan_import(team: Team, text: str, operator: bool = False) -> mcp_json.ParsedConfig:

@@ -870,6 +870,7 @@ class ConnectionPool:
                 tools = await conn.list_tools()
             except BaseException as exc:
                 raise ConnectionFailed(conn.diagnose(exc)) from exc
+            info.update(await self._counts(conn))
             info.update(
                 tools=tools,
                 tool_count=len(tools),
@@ -919,6 +920,35 @@ class ConnectionPool:
         finally:
             conn.in_flight -= 1
             conn.last_used = time.monotonic()
+
+    async def _counts(self, conn: Connection) -> dict[str, int | None]:
+        """How many resources, templates and prompts the server offers (0 for what it does not
+        offer; None where listing failed: a test is about connecting, not about these lists)."""
+        client = conn.client
+        assert client is not None
+        caps = self._capabilities(client)
+        counts: dict[str, int | None] = {"resource_count": 0, "template_count": 0, "prompt_count": 0}
+        lists: list[tuple[str, Callable[[str | None], Awaitable[Any]], str]] = []
+        if caps.resources is not None:
+            lists.append(
+                ("resource_count", lambda c: client.list_resources(cursor=c, cache_mode="bypass"), "resources")
+            )
+            lists.append(
+                (
+                    "template_count",
+                    lambda c: client.list_resource_templates(cursor=c, cache_mode="bypass"),
+                    "resource_templates",
+                )
+            )
+        if caps.prompts is not None:
+            lists.append(("prompt_count", lambda c: client.list_prompts(cursor=c, cache_mode="bypass"), "prompts"))
+        for name, fetch, items in lists:
+            try:
+                counts[name] = len(await conn.request(lambda f=fetch, i=items: self._all_pages(f, i)))
+            except Exception as exc:  # noqa: BLE001 - the test still reports the connection
+                log.debug("counting %s of %s failed: %r", items, conn.config.name, exc)
+                counts[name] = None
+        return counts
 
     @staticmethod
     def _capabilities(client: Client) -> types.ServerCapabilities:
