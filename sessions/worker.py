@@ -41,6 +41,7 @@ from .mcp.naming import NEEDS_TASKS_MESSAGE, needs_tasks
 from .mcp.pool import CallHooks, CallOutcome, ConnectionPool, PoolEvents, PoolSettings
 from .mcp.schema import validate_arguments
 from .mcp.secrets import Scrubber
+from .mcp.truncation import describe as describe_truncation
 from .mcp.truncation import truncate_result
 from .models import Approval, ApprovalState, CallStatus, ElicitationState, SamplingState, ToolCall
 
@@ -289,7 +290,15 @@ def _truncated(outcome: CallOutcome) -> tuple[dict[str, Any] | None, bytes | Non
     if len(full) > limit and outcome.result.get("structuredContent") is not None:
         # Tools often repeat their text as structured content: the content alone may fit whole.
         full = json.dumps({**outcome.result, "structuredContent": None}).encode()
-    outcome.truncated = {"tokens": cut.tokens, "full_bytes": len(full), "kept_bytes": min(len(full), limit)}
+    kept = min(len(full), limit)
+    tokens = settings.MCP_MAX_OUTPUT_TOKENS
+    outcome.truncated = {
+        "tokens": cut.tokens,
+        "limit": tokens,
+        "full_bytes": len(full),
+        "kept_bytes": kept,
+        "notice": describe_truncation(cut.tokens, tokens, len(full), kept),
+    }
     # What cutting and keeping the whole output cost the worker (docs/performance.md, large output).
     outcome.truncated["ms"] = round((time.perf_counter() - started) * 1000, 1)
     return cut.result, full[:limit]

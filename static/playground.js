@@ -239,8 +239,10 @@ function renderOutcome(event) {
   if (event.omitted) out.append(h("p", { class: "call-note", role: "status", text: event.omitted }));
   if (event.details?.truncated) {
     const cut = event.details.truncated;
-    out.append(h("p", { class: "muted small" }, `The output was cut to fit about ${cut.tokens} tokens. `,
-      h("a", { href: `/calls/${event.call}/full-output`, text: `Download the full output (${cut.kept_bytes} of ${cut.full_bytes} bytes kept)` })));
+    // One notice, written by the worker (sessions/mcp/truncation.py describe): returned, shown, downloadable.
+    const whole = cut.kept_bytes >= cut.full_bytes;
+    out.append(h("p", { class: "muted small truncation-notice" }, `${cut.notice || "The output was cut."} `,
+      h("a", { href: `/calls/${event.call}/full-output`, text: whole ? "Download the full output" : "Download the first part of the output" })));
   }
   if (!event.result) return;
   if (state.callClass === "write") {
