@@ -1,5 +1,5 @@
 import { connect, h } from "./ws.js";
-import { buildForm, FieldError, showErrors } from "./schema-form.js";
+import { buildForm, FieldError, nonFinite, showErrors } from "./schema-form.js";
 import { nextRef, renderResourceContents } from "./content.js";
 
 const catalog = JSON.parse(document.getElementById("catalog").textContent);
@@ -68,6 +68,17 @@ function badges(annotations = {}) {
   return out;
 }
 
+// The tool's badges and what happens when the person calls it now (and why): after "Always allow"
+// the page lists the tools again, and this shows the new decision.
+function renderDecision(tool) {
+  const described = state.server.described?.[tool.name];
+  $("tool-badges").replaceChildren(...badges(tool.annotations), tool.needs_tasks ? needsTasks() : "", described ? h("span", { class: "badge", text: described.class }) : "");
+  $("tool-decision").replaceChildren(...(described ? [
+    h("span", { class: `badge effect-${described.decision.effect}`, text: EFFECT_LABELS[described.decision.effect] }), " ",
+    described.decision.reason,
+  ] : []));
+}
+
 function selectTool(name, initial) {
   const tool = (state.server?.tools || []).find((t) => t.name === name);
   if (!tool) return;
@@ -76,12 +87,7 @@ function selectTool(name, initial) {
   $("tool-view").hidden = false;
   $("tool-title").textContent = tool.title || tool.annotations?.title || tool.name;
   $("tool-full-name").textContent = state.server.prefix + tool.name;
-  const described = state.server.described?.[tool.name];
-  $("tool-badges").replaceChildren(...badges(tool.annotations), tool.needs_tasks ? needsTasks() : "", described ? h("span", { class: "badge", text: described.class }) : "");
-  $("tool-decision").replaceChildren(...(described ? [
-    h("span", { class: `badge effect-${described.decision.effect}`, text: EFFECT_LABELS[described.decision.effect] }), " ",
-    described.decision.reason,
-  ] : []));
+  renderDecision(tool);
   $("tool-description").textContent = tool.description || "";
   $("json-mode").checked = false;
   renderForm(initial);
@@ -110,6 +116,8 @@ function readArguments() {
       throw new FieldError([], `The arguments are not valid JSON: ${error.message}`);
     }
     if (typeof value !== "object" || value === null || Array.isArray(value)) throw new FieldError([], "The arguments must be a JSON object.");
+    const infinite = nonFinite(value);
+    if (infinite.length) throw new FieldError(infinite[0].path, infinite[0].message, infinite);
     return value;
   }
   return state.form.read();
@@ -245,7 +253,8 @@ function renderOutcome(event) {
       h("a", { href: `/calls/${event.call}/full-output`, text: whole ? "Download the full output" : "Download the first part of the output" })));
   }
   if (!event.result) return;
-  if (state.callClass === "write") {
+  if (state.callClass === "write" || event.status === "tool_error") {
+    // A tool's error is read, not folded away under "Read-only result".
     out.append(renderResult(event.result));
   } else {
     // Search and read results can be long and are rarely the point: they fold away (the seeds' collapse).
@@ -547,6 +556,8 @@ function closeApproval() {
   if (dialog.open) dialog.close();
 }
 
+const remembered = new Map(); // approval id → server, for answers that saved an "always allow" rule
+
 function answer(kind) {
   if (!shown) return;
   const approval = approvals.get(shown);
@@ -557,6 +568,7 @@ function answer(kind) {
     if (kind !== "deny") setStatus("pending", "Approved; waiting for a worker…");
   }
   for (const button of dialog.querySelectorAll(".actions button")) button.disabled = button.id !== "approval-later";
+  if (kind === "always_allow" && approval) remembered.set(shown, approval.server);
   socket.send({ type: "answer_approval", ref: `approval:${shown}`, approval: shown, answer: kind });
 }
 
@@ -581,6 +593,10 @@ function onApprovalEvent(event) {
     if (!dialog.open) showApproval(event.approval);
   } else if (event.type === "approval.ended") {
     approvals.delete(event.approval);
+    // "Always allow" saved a rule: the tool's badge must say so, not "asks you first".
+    const server = remembered.get(event.approval);
+    remembered.delete(event.approval);
+    if (server !== undefined && event.state === "approved") socket.send({ type: "list_tools", server });
     renderPending();
     if (shown === event.approval) approvals.size ? showApproval() : closeApproval();
   }
@@ -591,7 +607,8 @@ function onApprovalEvent(event) {
 const socket = connect({
   onStatus(status) {
     $("connection-status").textContent = {
-      connected: "Connected.",
+      // The portal's socket, not a server: a server's own failure is said beside its tools.
+      connected: "Connected to the portal.",
       disconnected: "Connection lost; reconnecting…",
       "logged-out": "You are logged out. Reload the page to log in.",
     }[status];
@@ -616,6 +633,7 @@ const socket = connect({
         if (state.tool) {
           const fresh = event.tools.find((t) => t.name === state.tool.name);
           if (fresh && JSON.stringify(fresh) !== JSON.stringify(state.tool)) selectTool(fresh.name);
+          else if (fresh) renderDecision(state.tool);
         } else if (pendingTool) {
           selectTool(pendingTool, pendingArguments);
           pendingTool = pendingArguments = null;

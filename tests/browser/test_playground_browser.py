@@ -25,7 +25,7 @@ XSS = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>'
 def open_playground(page: Page, server) -> None:
     page.goto(f"/playground/?server={server.pk}")
     # The socket is up and the worker has listed the tools (the ORM-made server has none cached).
-    expect(page.locator("#connection-status")).to_have_text("Connected.")
+    expect(page.locator("#connection-status")).to_have_text("Connected to the portal.")
     expect(page.locator("#tools-status")).to_have_text(re.compile(r"^\d+ tools$"))
 
 
