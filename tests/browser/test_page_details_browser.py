@@ -9,9 +9,10 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from servers.models import Server
+from servers.models import Effect, PermissionRule, Server
 from tests.browser.conftest import TIMEOUT_MS, log_in
 from tests.browser.test_playground_browser import call_status, open_playground, pick_tool
+from tests.conftest import NODE, ROOT
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -101,4 +102,35 @@ def test_the_password_page_and_the_servers_table_at_1400_px(page: Page, alice, d
     expect(page.get_by_role("link", name=re.compile("a-server-with-a-very-long-name"))).to_be_visible()
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= 1400, f"the servers table overflows the page: {width} px"
+    assert page.problems == []
+
+
+EVERYTHING = ROOT / "tests/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+
+
+@pytest.mark.skipif(not EVERYTHING.exists(), reason="server-everything is not installed: run `make test-servers`")
+def test_a_tool_that_needs_tasks_is_marked_in_the_list_and_refused_saying_why(page: Page, alice):
+    everything = Server.objects.create(
+        team=alice.memberships.get().team,
+        name="everything",
+        transport="stdio",
+        command=NODE,
+        args=[str(EVERYTHING), "stdio"],
+        request_timeout=30,
+    )
+    PermissionRule.objects.create(team=everything.team, pattern="mcp__everything", effect=Effect.ALLOW)
+    log_in(page, "alice", "pw-alice")
+    open_playground(page, everything)
+    research = page.get_by_role("list", name="Tools").locator('button[data-tool="simulate-research-query"]')
+    expect(research).to_contain_text("needs tasks (not supported yet)")
+    other = page.get_by_role("list", name="Tools").locator('button[data-tool="echo"]')
+    expect(other).not_to_contain_text("needs tasks")
+    research.click()
+    expect(page.locator("#tool-badges")).to_contain_text("needs tasks (not supported yet)")
+    page.get_by_label("Edit as JSON").check()
+    page.get_by_label("Arguments (JSON)").fill('{"topic": "tides"}')
+    page.get_by_role("button", name="Call tool").click()
+    expect(call_status(page)).to_contain_text("Rejected")
+    expect(page.locator("#result")).to_contain_text("tasks are not supported yet")
+    expect(page.locator("#result")).not_to_contain_text("MCP error")
     assert page.problems == []
