@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mcp.shared.message import SessionMessage
+from mcp.types import JSONRPCError, JSONRPCResponse
 
 MAX_MESSAGES = 200
 MAX_MESSAGE_CHARS = 16_000
@@ -35,7 +36,8 @@ class Exchange:
     call_id: Any = None  # the JSON-RPC id of the tools/call request, whose answer is the result
 
     def add(self, direction: str, message: Any) -> None:
-        if len(self.messages) < MAX_MESSAGES:
+        # Answers always: there are no more of them than requests, and the call's own ends the view.
+        if len(self.messages) < MAX_MESSAGES or isinstance(message, (JSONRPCResponse, JSONRPCError)):
             self.messages.append((time.monotonic(), direction, message))
         else:
             self.omitted += 1
@@ -44,10 +46,11 @@ class Exchange:
         out: list[dict[str, Any]] = []
         budget = MAX_EXCHANGE_CHARS
         for at, direction, message in self.messages:
-            data = message.model_dump(mode="json", by_alias=True, exclude_none=True)
-            if "result" in data and data.get("id") == self.call_id and "method" not in data:
-                data["result"] = RESULT_REF
+            if isinstance(message, JSONRPCResponse) and message.id == self.call_id:
+                # Not dumped: a 50 MB answer would be copied only to be replaced.
+                data: dict[str, Any] = {"jsonrpc": "2.0", "id": message.id, "result": RESULT_REF}
             else:
+                data = message.model_dump(mode="json", by_alias=True, exclude_none=True)
                 size = len(json.dumps(data, default=str))
                 if size > min(MAX_MESSAGE_CHARS, budget):
                     data = {k: data[k] for k in ("jsonrpc", "id", "method") if k in data}
