@@ -307,9 +307,11 @@ PORTAL_SERVER_VARIABLES = envlist("PORTAL_SERVER_VARIABLES", "")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {"refusals": {"()": "portal.logging.RefusalsWithoutTraceback"}},
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
+        "django.request": {"filters": ["refusals"]},
         "httpx2": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},

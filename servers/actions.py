@@ -11,6 +11,7 @@ from django.utils import timezone
 from sessions.mcp.naming import tool_full_name
 
 from . import mcp_json
+from .credential_actions import do_set_secret
 from .models import (
     Effect,
     ElicitationHook,
@@ -56,7 +57,8 @@ def do_create_server(team: Team, by: Any, fields: dict[str, Any]) -> Server:
 
 @transaction.atomic
 def do_update_server(server: Server, fields: dict[str, Any]) -> Server:
-    changed = {k: fields[k] for k in SERVER_FIELDS if k in fields}
+    # Only what differs: the edit form sends every field, and an unchanged command keeps its tool list.
+    changed = {k: fields[k] for k in SERVER_FIELDS if k in fields and fields[k] != getattr(server, k)}
     for name, value in changed.items():
         setattr(server, name, value)
     if changed.keys() - {
@@ -100,7 +102,9 @@ def do_record_prompt_count(server_id: int, prompts: int) -> None:
 
 
 def do_record_test(server_id: int, result: dict[str, Any]) -> None:
-    Server.objects.filter(pk=server_id).update(last_test=result, last_tested_at=timezone.now())
+    """The test's result; a successful one also counts what the server offers, as listing would."""
+    counted = {k: result[k] for k in ("resource_count", "template_count", "prompt_count") if result.get(k) is not None}
+    Server.objects.filter(pk=server_id).update(last_test=result, last_tested_at=timezone.now(), **counted)
 
 
 def plan_import(team: Team, text: str, operator: bool = False) -> mcp_json.ParsedConfig:
@@ -123,28 +127,35 @@ def plan_import(team: Team, text: str, operator: bool = False) -> mcp_json.Parse
         if error:
             entry.fail(error)
         entry.report = mcp_json.placeholder_report(fields, server_variables())
+        entry.credentials = mcp_json.literal_credentials(fields)
     return mcp_json.mark_duplicates(parsed, Server.objects.filter(team=team).values_list("name", flat=True))
 
 
 @transaction.atomic
 def do_import_servers(
-    team: Team, by: Any, text: str, operator: bool | None = None
+    team: Team, by: Any, text: str, operator: bool | None = None, as_secrets: bool = False
 ) -> tuple[mcp_json.ParsedConfig, list[Server]]:
     """Create every new server of an mcpServers config, or none of them.
 
     Entries in error block the whole import; duplicates (by name) and transports the
     portal cannot run yet are skipped, so importing the same file twice creates nothing twice.
-    `operator` defaults to whether `by` is a superuser.
+    `operator` defaults to whether `by` is a superuser. `as_secrets`: each credential written in
+    the clear (an env or header value) is stored as the team's secret and referenced as
+    `${secret:NAME}`, instead of being kept in the server's settings.
     """
     if operator is None:
         operator = bool(getattr(by, "is_superuser", False))
     # Lock the team so that two imports at once cannot both decide a name is new.
     Team.objects.select_for_update().filter(pk=team.pk).first()
     plan = plan_import(team, text, operator)
-    created = [
-        do_create_server(team, by, {"name": entry.name, "transport": entry.transport, **entry.fields})
-        for entry in plan.to_create
-    ]
+    created = []
+    for entry in plan.to_create:
+        fields = dict(entry.fields)
+        secrets = mcp_json.as_secrets(fields, entry.credentials) if as_secrets else {}
+        server = do_create_server(team, by, {"name": entry.name, "transport": entry.transport, **fields})
+        for name, value in secrets.items():
+            do_set_secret(server, name, value, by=by, team=team)
+        created.append(server)
     return plan, created
 
 

@@ -38,6 +38,30 @@ def _safe_next(request: HttpRequest, default: str) -> str:
     return default
 
 
+def _asked_for_authorization(seen: dict[str, Any] | None) -> bool:
+    # "needs_auth" is also a secret not set yet ("Connect your account: set NAME …"): not OAuth.
+    if not seen or seen.get("kind") != "needs_auth":
+        return False
+    return seen.get("status_code") == 401 or not str(seen.get("message", "")).startswith("Connect your account: set ")
+
+
+def server_uses_oauth(server: Server, rows: list[Credential], needs_auth: dict[str, Any] | None) -> bool:
+    """Whether to offer "Connect your account": the server is known to use OAuth, from its settings
+    (a client or metadata URL configured), a connection made before, or its last answer (a 401,
+    an authorization the server asked for). An HTTP server that never asked is not offered it."""
+    if server.transport == TransportKind.STDIO:
+        return False
+    settings = getattr(server, "oauth", None)
+    if settings is not None and not settings.enabled:
+        return False
+    if settings is not None and (settings.client_id or settings.metadata_url):
+        return True
+    if any(row.kind == CredentialKind.OAUTH for row in rows):
+        return True
+    # The remembered "needs your authorization" is only ever the server's own answer (credentials.settle).
+    return _asked_for_authorization(server.last_test) or needs_auth is not None
+
+
 def server_needs(server: Server, user: Any, rows: list[Credential]) -> dict[str, Any]:
     """What this user must still provide for a server, from rows already loaded (nothing decrypted)."""
     from sessions.credentials import known_needs_auth, owner_of, revision
@@ -53,9 +77,8 @@ def server_needs(server: Server, user: Any, rows: list[Credential]) -> dict[str,
     extra = [r for r in mine if r.kind == CredentialKind.SECRET and r.name not in names]
     oauth = next((r for r in mine if r.kind == CredentialKind.OAUTH), None)
     team_oauth = next((r for r in team if r.kind == CredentialKind.OAUTH), None)
-    oauth_settings = getattr(server, "oauth", None)
-    uses_oauth = server.transport != TransportKind.STDIO and (oauth_settings is None or oauth_settings.enabled)
     needs_auth = known_needs_auth(server.pk, owner_of(user.pk), f"{server.to_config().fingerprint()}.{revision(rows)}")
+    uses_oauth = server_uses_oauth(server, rows, needs_auth)
     missing = [s["name"] for s in secrets if not s["set"]]
     connected = bool((oauth and oauth.has_tokens) or (team_oauth and team_oauth.has_tokens))
     attention = bool(missing or needs_auth or (oauth and oauth.last_error and not oauth.has_tokens))

@@ -67,7 +67,8 @@ class ServerForm(forms.Form):
     team = forms.ModelChoiceField(queryset=Team.objects.none(), empty_label=None)
     name = forms.CharField(
         max_length=64,
-        help_text="Letters, digits, _ and -. Tools appear as mcp__<name>__<tool>.",
+        help_text='Letters, digits, _ and -; any other character becomes _ ("my server" is my_server), and '
+        "the name must stay unique that way, in any case. Tools appear as mcp__<name>__<tool>.",
     )
     description = forms.CharField(max_length=300, required=False)
     transport = forms.ChoiceField(choices=TransportKind.choices, widget=forms.RadioSelect)
@@ -252,8 +253,15 @@ class ServerForm(forms.Form):
         if team is not None and name:
             wanted = normalize_name(name).lower()
             others = Server.objects.filter(team=team).exclude(pk=getattr(self.instance, "pk", None))
-            if any(normalize_name(other.name).lower() == wanted for other in others.only("name")):
+            clash = next((o for o in others.only("name") if normalize_name(o.name).lower() == wanted), None)
+            if clash is not None and clash.name == name:
                 self.add_error("name", f"The team already has a server named {name!r}.")
+            elif clash is not None:
+                self.add_error(
+                    "name",
+                    f"{name!r} clashes with the team's server {clash.name!r}: in tool names both become "
+                    f"mcp__{normalize_name(clash.name)}__… (other characters become _, case aside). Choose another name.",
+                )
         return data
 
     def _check_variables(self, data: dict[str, Any]) -> None:

@@ -44,7 +44,37 @@ TYPES: dict[str, tuple[str, ...]] = {
 URL_SCHEMES = {"http": ("http", "https"), "sse": ("http", "https"), "websocket": ("ws", "wss"), "ws": ("ws", "wss")}
 KNOWN_KEYS = {"type", "command", "args", "env", "cwd", "url", "serverUrl", "headers", "disabled", "enabled"}
 # Names of flags, query parameters and headers whose values are secrets when exported.
-SECRETISH = re.compile(r"(key|token|secret|passw|pwd|auth|credential|signature|sig$)", re.IGNORECASE)
+SECRETISH = re.compile(r"(key|token|secret|passw|pwd|auth|cookie|credential|signature|sig$)", re.IGNORECASE)
+# Values that are credentials whatever they are named: a scheme and a token, the well-known key
+# prefixes, a JWT, or one long unbroken run of letters and digits (both) as keys are made.
+CREDENTIAL_SHAPE = re.compile(
+    r"^(?:(?:bearer|basic|token)\s+\S{8,}"
+    r"|(?:sk|pk|rk)[-_][A-Za-z0-9_-]{8,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_\w{20,}|glpat-[\w-]{16,}"
+    r"|xox[abprs]-[\w-]{10,}|AKIA[0-9A-Z]{16}|AIza[\w-]{30,}|eyJ[\w-]+\.[\w-]+\.[\w-]+"
+    r"|(?=[A-Za-z0-9+/_=-]*[0-9])(?=[A-Za-z0-9+/_=-]*[A-Za-z])[A-Za-z0-9+/_=-]{32,})$",
+    re.IGNORECASE,
+)
+SECRET_REFERENCE = re.compile(r"\$\{secret:([^}]+)\}")
+
+
+def looks_like_credential(name: str, value: str) -> bool:
+    """A value held back on export and warned about on import: named like one, or shaped like one."""
+    return bool(value) and (bool(SECRETISH.search(name)) or bool(CREDENTIAL_SHAPE.match(value.strip())))
+
+
+@dataclass(frozen=True)
+class LiteralCredential:
+    """A credential written in the clear in an imported entry (an env or header value)."""
+
+    where: str  # "env" or "headers"
+    key: str
+    secret: str  # the secret's name if it is stored as one instead
+
+    @property
+    def reference(self) -> str:
+        return "${secret:" + self.secret + "}"
+
+
 AUTH_SCHEME = re.compile(r"^(bearer|basic|token)\s+", re.IGNORECASE)
 
 
@@ -60,6 +90,8 @@ class Entry:
     notes: list[str] = field(default_factory=list)
     # What each placeholder will be filled with when the server connects (set by the import plan).
     report: list[Placeholder] = field(default_factory=list)
+    # Credentials written in the clear: stored as they are unless the import stores them as secrets.
+    credentials: list[LiteralCredential] = field(default_factory=list)
 
     @property
     def unfilled(self) -> list[Placeholder]:
@@ -95,6 +127,11 @@ class ParsedConfig:
     @property
     def to_create(self) -> list[Entry]:
         return [entry for entry in self.entries if entry.status == "new"] if self.ok else []
+
+    @property
+    def credentials(self) -> bool:
+        """Whether an entry to create holds a credential in the clear."""
+        return any(entry.credentials for entry in self.to_create)
 
 
 @dataclass(frozen=True)
@@ -338,9 +375,38 @@ def _is_placeholder_only(value: str) -> bool:
     return bool(PLACEHOLDER.search(value)) and not AUTH_SCHEME.sub("", PLACEHOLDER.sub("", value)).strip()
 
 
+def literal_credentials(fields: Mapping[str, Any]) -> list[LiteralCredential]:
+    """The env and header values of an entry that look like credentials and are not placeholders."""
+    found = []
+    for where in ("env", "headers"):
+        for key, value in (fields.get(where) or {}).items():
+            if isinstance(value, str) and not PLACEHOLDER.search(value) and looks_like_credential(key, value):
+                found.append(LiteralCredential(where, key, _placeholder_name(key)))
+    return found
+
+
+def as_secrets(fields: dict[str, Any], credentials: Iterable[LiteralCredential]) -> dict[str, str]:
+    """Put `${secret:NAME}` where each literal credential was (an auth scheme stays written);
+    returns the values to store as secrets, by name."""
+    values: dict[str, str] = {}
+    for credential in credentials:
+        value = fields[credential.where][credential.key]
+        scheme = AUTH_SCHEME.match(value)
+        prefix = scheme.group(0) if scheme else ""
+        values[credential.secret] = value[len(prefix) :]
+        fields[credential.where] = {**fields[credential.where], credential.key: prefix + credential.reference}
+    return values
+
+
 def _redact_value(value: str, name: str, where: str, notes: list[str]) -> str:
-    """A value kept only if it is empty or already a placeholder; otherwise `${NAME}` stands in."""
-    if value == "" or _is_placeholder_only(value):
+    """What another client gets for a value: as it is, unless it looks like a credential
+    (`looks_like_credential`), which a `${NAME}` placeholder stands in for. A `${secret:NAME}`
+    names a secret only this portal holds: it becomes `${NAME}` too."""
+    if SECRET_REFERENCE.search(value):
+        replaced = SECRET_REFERENCE.sub(lambda m: "${" + _placeholder_name(m.group(1)) + "}", value)
+        notes.append(f"{where}: the portal's secret became {replaced}, to be set where the file is used")
+        return replaced
+    if value == "" or _is_placeholder_only(value) or not looks_like_credential(name, value):
         return value
     scheme = AUTH_SCHEME.match(value)
     replacement = (scheme.group(0) if scheme else "") + "${" + _placeholder_name(name) + "}"
@@ -398,9 +464,9 @@ def _redact_args(args: list[str], where: str, notes: list[str]) -> list[str]:
 def export(servers: Iterable[Any], shape: str = "mcpServers") -> tuple[dict[str, Any], list[str]]:
     """Servers (anything with the Server fields) as a config, and notes on every value held back.
 
-    Secrets never leave: env and header values, URL passwords, secret-looking query
-    parameters and flags are exported only when they already are `${VAR}` placeholders,
-    and otherwise as a placeholder named after them.
+    Secrets never leave: env and header values that look like credentials (by name or by shape),
+    `${secret:NAME}` references, URL passwords, secret-looking query parameters and flags are
+    exported as a placeholder named after them; everything else as it is.
     """
     notes: list[str] = []
     out: dict[str, Any] = {}

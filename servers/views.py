@@ -189,7 +189,8 @@ def server_import(request: HttpRequest) -> HttpResponse:
         return render(request, "servers/import.html", {"form": form})
     team, text = form.cleaned_data["team"], form.cleaned_data["config"]
     if "create" in request.POST:
-        plan, created = actions.do_import_servers(team, request.user, text)
+        as_secrets = request.POST.get("as_secrets") == "on"
+        plan, created = actions.do_import_servers(team, request.user, text, as_secrets=as_secrets)
         if plan.ok:
             if created:
                 names = ", ".join(server.name for server in created)

@@ -86,7 +86,34 @@ def record_for_call(kind: str, call: ToolCall, *, decision: dict[str, Any] | Non
     )
 
 
-def as_row(event: AuditEvent) -> dict[str, Any]:
+# Reasons are written to the person the decision was for ("Approved (once) by you", "Your rule
+# mcp__demo allows it", "You cancelled the call."): read by someone else, they name that person.
+SECOND_PERSON = (
+    (re.compile(r"\bby you\b"), "by {name}"),
+    (re.compile(r"\b[Yy]our rule\b"), "{name}'s rule"),
+    (re.compile(r"^You cancelled\b"), "{name} cancelled"),
+)
+
+
+def for_reader(text: str, username: str, reader: str) -> str:
+    """`text`, written to `username`, as `reader` should read it: naming the person unless it is them."""
+    if not text or not username or username == reader:
+        return text
+    for pattern, replacement in SECOND_PERSON:
+        text = pattern.sub(replacement.format(name=username), text)
+    return text
+
+
+def shown_to(event: AuditEvent, reader: str) -> AuditEvent:
+    """The row with its reason and error in the words `reader` should read (never saved)."""
+    event.reason = for_reader(event.reason, event.username, reader)
+    event.error = for_reader(event.error, event.username, reader)
+    return event
+
+
+def as_row(event: AuditEvent, reader: str = "") -> dict[str, Any]:
+    """One row for an export; `reader` is who downloads it (a row about someone else names them)."""
+    shown_to(event, reader)
     return {
         "at": event.at.isoformat(),
         "kind": event.kind,
@@ -105,13 +132,13 @@ def as_row(event: AuditEvent) -> dict[str, Any]:
     }
 
 
-def csv_lines(events: Iterable[AuditEvent]) -> Iterator[str]:
+def csv_lines(events: Iterable[AuditEvent], reader: str = "") -> Iterator[str]:
     """The rows as CSV text, a line at a time, for a streaming response."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=EXPORT_FIELDS)
     writer.writeheader()
     for event in events:
-        row = as_row(event)
+        row = as_row(event, reader)
         row["arguments"] = json.dumps(row["arguments"], sort_keys=True)
         writer.writerow({name: _cell(value) for name, value in row.items()})
         yield buffer.getvalue()

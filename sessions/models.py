@@ -106,7 +106,8 @@ class ToolCall(models.Model):
             "result": self.result,
             "error": self.error,
             "error_kind": self.error_kind,
-            "details": self.details,
+            # The raw JSON-RPC stays on the record (the call's page, its export), out of the live event.
+            "details": {k: v for k, v in (self.details or {}).items() if k != "exchange"},
             "duration_ms": self.duration_ms,
             "decision": self.decision,
         }
@@ -125,14 +126,19 @@ class ToolCall(models.Model):
         }
 
     def exchange(self) -> list[dict]:
-        """The call's JSON-RPC as the worker exchanged it, with times (ms after it started).
+        """The call's JSON-RPC as it passed on the connection, with times (ms after it started).
 
-        Rebuilt from the record, not captured from the wire: the request, the progress
-        notifications, then the result, or how the portal saw the call end (a timeout, a
-        crash: no JSON-RPC answer came). A call rejected before reaching a server has none.
+        Captured by the worker (sessions/mcp/wire.py): requests, answers, the server's requests
+        (elicitation, sampling) and notifications; the answer's result is the recorded one. When
+        no answer came (a timeout, a crash) a last entry says how the portal saw the call end.
+        Records from before the capture are rebuilt from what they kept. A call rejected before
+        reaching a server has none.
         """
         if self.started_at is None or self.status == CallStatus.REJECTED:
             return []
+        captured = (self.details or {}).get("exchange")
+        if captured is not None:
+            return self._captured(captured)
         request = {
             "jsonrpc": "2.0",
             "id": 1,
@@ -157,6 +163,19 @@ class ToolCall(models.Model):
             answer = {"jsonrpc": "2.0", "id": 1, "result": self.result}
             messages.append({"at_ms": self.duration_ms, "direction": "received", "message": answer})
         elif self.finished:
+            ended = {"status": self.status, "error_kind": self.error_kind, "error": self.error}
+            messages.append({"at_ms": self.duration_ms, "direction": "portal", "message": ended})
+        return messages
+
+    def _captured(self, captured: list[dict]) -> list[dict]:
+        messages = []
+        answered = False
+        for entry in captured:
+            message = entry.get("message") or {}
+            if message.get("result") == {"$ref": "result"}:
+                message, answered = {**message, "result": self.result}, True
+            messages.append({**entry, "message": message})
+        if not answered and self.finished:
             ended = {"status": self.status, "error_kind": self.error_kind, "error": self.error}
             messages.append({"at_ms": self.duration_ms, "direction": "portal", "message": ended})
         return messages

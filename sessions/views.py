@@ -146,21 +146,48 @@ def call_list_export(request: HttpRequest) -> HttpResponse:
 @login_required
 def call_detail(request: HttpRequest, call_id: str) -> HttpResponse:
     call = get_object_or_404(_readable_calls(request.user), pk=call_id)
-    details = {k: v for k, v in call.details.items() if k not in ("progress", "stderr_tail", "errors")}
+    shown_apart = ("progress", "stderr_tail", "errors", "exchange", "truncated")
+    details = {k: v for k, v in call.details.items() if k not in shown_apart}
     return render(
         request,
         "sessions/call.html",
         {
             "call": call,
-            "arguments": json.dumps(call.arguments, indent=2),
-            "result": json.dumps(call.result, indent=2) if call.result is not None else "",
+            "arguments": _json(call.arguments),
+            "result": call.result,
+            "blocks": _blocks(call.result),
+            "structured": _json(call.result.get("structuredContent")) if call.result else "",
+            "truncated": call.details.get("truncated"),
             "progress": call.details.get("progress", []),
             "field_errors": call.details.get("errors", []),
             "stderr_tail": call.details.get("stderr_tail", ""),
-            "other_details": json.dumps(details, indent=2) if details else "",
-            "exchange": [{**m, "json": json.dumps(m["message"], indent=2)} for m in call.exchange()],
+            "other_details": _json(details) if details else "",
+            "exchange": [{**m, "json": _json(m["message"])} for m in call.exchange()],
         },
     )
+
+
+def _json(value: Any) -> str:
+    # Characters as they are (✅, not \u2705): the page is UTF-8 and the template escapes HTML.
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+# Images the page shows as images; others (SVG among them, which can carry script) as their JSON.
+SHOWN_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+
+
+def _blocks(result: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The result's content blocks as the call's page shows them: text as text, images as images."""
+    blocks = []
+    for block in (result or {}).get("content") or []:
+        kind = block.get("type")
+        if kind == "text":
+            blocks.append({"kind": "text", "text": block.get("text", "")})
+        elif kind == "image" and block.get("mimeType") in SHOWN_IMAGE_TYPES and isinstance(block.get("data"), str):
+            blocks.append({"kind": "image", "src": f"data:{block['mimeType']};base64,{block['data']}"})
+        else:
+            blocks.append({"kind": "json", "json": _json(block)})
+    return blocks
 
 
 @login_required
@@ -231,12 +258,14 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     events, params = _filtered(request)
     export = request.GET.get("format")
     stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+    reader = request.user.get_username()
     if export == "csv":
-        response = StreamingHttpResponse(audit.csv_lines(events.iterator(chunk_size=500)), content_type="text/csv")
+        lines = audit.csv_lines(events.iterator(chunk_size=500), reader)
+        response = StreamingHttpResponse(lines, content_type="text/csv")
         response["Content-Disposition"] = f'attachment; filename="audit-{stamp}.csv"'
         return response
     if export == "json":
-        response = JsonResponse({"events": [audit.as_row(e) for e in events.iterator(chunk_size=500)]})
+        response = JsonResponse({"events": [audit.as_row(e, reader) for e in events.iterator(chunk_size=500)]})
         response["Content-Disposition"] = f'attachment; filename="audit-{stamp}.json"'
         return response
     is_admin = teams_where(request.user, TeamAction.READ_TEAM_AUDIT).exists()
@@ -246,7 +275,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
         request,
         "sessions/audit.html",
         {
-            "events": shown,
+            "events": [audit.shown_to(event, reader) for event in shown],
             "limit": AUDIT_PAGE_ROWS,
             "params": params,
             "query": query,

@@ -39,9 +39,11 @@ from .affinity import WORKER_NAME
 from .mcp.config import ConnectionKey, Negotiated, ServerConfig
 from .mcp.elicitation import defaults
 from .mcp.errors import ConnectionFailed, Failure
+from .mcp.naming import NEEDS_TASKS_MESSAGE, needs_tasks
 from .mcp.pool import CallHooks, CallOutcome, ConnectionPool, PoolEvents, PoolSettings
 from .mcp.schema import validate_arguments
 from .mcp.secrets import Scrubber
+from .mcp.truncation import describe as describe_truncation
 from .mcp.truncation import truncate_result
 from .models import Approval, ApprovalState, CallStatus, ConnectionStatus, ElicitationState, SamplingState, ToolCall
 
@@ -378,7 +380,15 @@ def _truncated(outcome: CallOutcome) -> tuple[dict[str, Any] | None, bytes | Non
     if len(full) > limit and outcome.result.get("structuredContent") is not None:
         # Tools often repeat their text as structured content: the content alone may fit whole.
         full = json.dumps({**outcome.result, "structuredContent": None}).encode()
-    outcome.truncated = {"tokens": cut.tokens, "full_bytes": len(full), "kept_bytes": min(len(full), limit)}
+    kept = min(len(full), limit)
+    tokens = settings.MCP_MAX_OUTPUT_TOKENS
+    outcome.truncated = {
+        "tokens": cut.tokens,
+        "limit": tokens,
+        "full_bytes": len(full),
+        "kept_bytes": kept,
+        "notice": describe_truncation(cut.tokens, tokens, len(full), kept),
+    }
     # What cutting and keeping the whole output cost the worker (docs/performance.md, large output).
     outcome.truncated["ms"] = round((time.perf_counter() - started) * 1000, 1)
     return cut.result, full[:limit]
@@ -410,6 +420,8 @@ def _details(outcome: CallOutcome) -> dict[str, Any]:
         details["errors"] = outcome.errors
     if outcome.retried:
         details["retried"] = "the session had expired; the call ran again on a new one"
+    if outcome.exchange:
+        details["exchange"] = outcome.exchange
     return details
 
 
@@ -522,6 +534,11 @@ def _call_prepared(
     if tool is None:
         return CallOutcome(
             CallStatus.REJECTED, failure=Failure("unknown_tool", f"{server.name} has no tool named {call.tool!r}.")
+        )
+    if needs_tasks(tool):
+        # The server would refuse it too, in its own words: say why before asking it.
+        return CallOutcome(
+            CallStatus.REJECTED, failure=Failure("needs_tasks", NEEDS_TASKS_MESSAGE.format(tool=call.tool))
         )
     errors = validate_arguments(tool.get("inputSchema"), call.arguments)
     if errors:
@@ -755,7 +772,8 @@ async def _converse(
         # the connection stays open for the next call.
         duration_ms = round((time.monotonic() - started) * 1000, 3)
         failure = Failure("cancelled", "You cancelled the call.")
-        return CallOutcome(CallStatus.CANCELLED, failure=failure, duration_ms=duration_ms)
+        exchange = hooks.exchange.as_list()
+        return CallOutcome(CallStatus.CANCELLED, failure=failure, duration_ms=duration_ms, exchange=exchange)
     finally:
         listener.cancel()
         # A form still open when the call ends (cancelled, say): in the handshake era its callback

@@ -12,10 +12,15 @@ function bytesOf(base64) {
   return bytes;
 }
 
-function fileName(uri, mimeType) {
+// The extension a person's system opens the type with (text/plain is .txt, not .plain).
+const EXTENSIONS = { "text/plain": "txt", "text/markdown": "md", "text/javascript": "js", "application/octet-stream": "bin", "image/svg+xml": "svg", "image/jpeg": "jpg", "audio/mpeg": "mp3", "application/gzip": "gz" };
+
+export function fileName(uri, mimeType) {
   const last = (uri || "").split(/[/?#]/).filter(Boolean).pop() || "resource";
   const safe = last.replace(/[^A-Za-z0-9._-]+/g, "_").slice(0, 100);
-  return safe.includes(".") || !mimeType ? safe : `${safe}.${mimeType.split("/").pop().replace(/[^a-z0-9]+/gi, "")}`;
+  if (safe.includes(".") || !mimeType) return safe;
+  const type = mimeType.split(";")[0].trim().toLowerCase();
+  return `${safe}.${EXTENSIONS[type] || type.split("/").pop().replace(/\+.*$/, "").replace(/[^a-z0-9]+/gi, "")}`;
 }
 
 function sizeOf(count) {

@@ -1,5 +1,5 @@
 import { connect, h } from "./ws.js";
-import { buildForm, FieldError, showErrors } from "./schema-form.js";
+import { buildForm, FieldError, nonFinite, showErrors } from "./schema-form.js";
 import { nextRef, renderResourceContents } from "./content.js";
 import { renderDiff } from "./diff.js";
 
@@ -51,10 +51,16 @@ function renderToolList() {
       "data-tool": tool.name,
       onclick: () => selectTool(tool.name),
     }, h("span", { class: "tool-name", text: tool.title || tool.name }), h("code", { class: "small", text: tool.name }),
+      tool.needs_tasks ? needsTasks() : "",
       // The list shows the summary (cut at 2,048 characters); the tool pane shows the full description.
       h("span", { class: "tool-summary", text: tool.summary ?? "" }))));
   }
   if (focused !== undefined) [...list.querySelectorAll("button.tool")].find((b) => b.dataset.tool === focused)?.focus();
+}
+
+// A tool the server runs only as a task (execution.taskSupport "required"): the portal refuses to call it.
+function needsTasks() {
+  return h("span", { class: "badge off", title: "The server runs this tool only as an MCP task; the portal does not support tasks yet.", text: "needs tasks (not supported yet)" });
 }
 
 function badges(annotations = {}) {
@@ -66,6 +72,17 @@ function badges(annotations = {}) {
   return out;
 }
 
+// The tool's badges and what happens when the person calls it now (and why): after "Always allow"
+// the page lists the tools again, and this shows the new decision.
+function renderDecision(tool) {
+  const described = state.server.described?.[tool.name];
+  $("tool-badges").replaceChildren(...badges(tool.annotations), tool.needs_tasks ? needsTasks() : "", described ? h("span", { class: "badge", text: described.class }) : "");
+  $("tool-decision").replaceChildren(...(described ? [
+    h("span", { class: `badge effect-${described.decision.effect}`, text: EFFECT_LABELS[described.decision.effect] }), " ",
+    described.decision.reason,
+  ] : []));
+}
+
 function selectTool(name, initial) {
   const tool = (state.server?.tools || []).find((t) => t.name === name);
   if (!tool) return;
@@ -74,12 +91,7 @@ function selectTool(name, initial) {
   $("tool-view").hidden = false;
   $("tool-title").textContent = tool.title || tool.annotations?.title || tool.name;
   $("tool-full-name").textContent = state.server.prefix + tool.name;
-  const described = state.server.described?.[tool.name];
-  $("tool-badges").replaceChildren(...badges(tool.annotations), described ? h("span", { class: "badge", text: described.class }) : "");
-  $("tool-decision").replaceChildren(...(described ? [
-    h("span", { class: `badge effect-${described.decision.effect}`, text: EFFECT_LABELS[described.decision.effect] }), " ",
-    described.decision.reason,
-  ] : []));
+  renderDecision(tool);
   $("tool-description").textContent = tool.description || "";
   $("json-mode").checked = false;
   renderForm(initial);
@@ -108,6 +120,8 @@ function readArguments() {
       throw new FieldError([], `The arguments are not valid JSON: ${error.message}`);
     }
     if (typeof value !== "object" || value === null || Array.isArray(value)) throw new FieldError([], "The arguments must be a JSON object.");
+    const infinite = nonFinite(value);
+    if (infinite.length) throw new FieldError(infinite[0].path, infinite[0].message, infinite);
     return value;
   }
   return state.form.read();
@@ -349,11 +363,14 @@ function renderOutcome(event) {
   if (event.omitted) out.append(h("p", { class: "call-note", role: "status", text: event.omitted }));
   if (event.details?.truncated) {
     const cut = event.details.truncated;
-    out.append(h("p", { class: "muted small" }, `The output was cut to fit about ${cut.tokens} tokens. `,
-      h("a", { href: `/calls/${event.call}/full-output`, text: `Download the full output (${cut.kept_bytes} of ${cut.full_bytes} bytes kept)` })));
+    // One notice, written by the worker (sessions/mcp/truncation.py describe): returned, shown, downloadable.
+    const whole = cut.kept_bytes >= cut.full_bytes;
+    out.append(h("p", { class: "muted small truncation-notice" }, `${cut.notice || "The output was cut."} `,
+      h("a", { href: `/calls/${event.call}/full-output`, text: whole ? "Download the full output" : "Download the first part of the output" })));
   }
   if (!event.result) return;
-  if (state.callClass === "write") {
+  if (state.callClass === "write" || event.status === "tool_error") {
+    // A tool's error is read, not folded away under "Read-only result".
     out.append(renderResult(event.result));
   } else {
     // Search and read results can be long and are rarely the point: they fold away (the seeds' collapse).
@@ -659,6 +676,8 @@ function closeApproval() {
   if (dialog.open) dialog.close();
 }
 
+const remembered = new Map(); // approval id → server, for answers that saved an "always allow" rule
+
 function answer(kind) {
   if (!shown) return;
   const approval = approvals.get(shown);
@@ -671,6 +690,7 @@ function answer(kind) {
     if (kind !== "deny") setStatus("pending", "Approved; waiting for a worker…");
   }
   for (const button of dialog.querySelectorAll(".actions button")) button.disabled = button.id !== "approval-later";
+  if (kind === "always_allow" && approval) remembered.set(shown, approval.server);
   socket.send({ type: "answer_approval", ref: `approval:${shown}`, approval: shown, answer: kind });
 }
 
@@ -695,6 +715,10 @@ function onApprovalEvent(event) {
     if (!dialog.open) showApproval(event.approval);
   } else if (event.type === "approval.ended") {
     approvals.delete(event.approval);
+    // "Always allow" saved a rule: the tool's badge must say so, not "asks you first".
+    const server = remembered.get(event.approval);
+    remembered.delete(event.approval);
+    if (server !== undefined && event.state === "approved") socket.send({ type: "list_tools", server });
     renderPending();
     if (shown === event.approval) approvals.size ? showApproval() : closeApproval();
   }
@@ -705,7 +729,8 @@ function onApprovalEvent(event) {
 const socket = connect({
   onStatus(status) {
     $("connection-status").textContent = {
-      connected: "Connected.",
+      // The portal's socket, not a server: a server's own failure is said beside its tools.
+      connected: "Connected to the portal.",
       disconnected: "Connection lost; reconnecting…",
       "logged-out": "You are logged out. Reload the page to log in.",
     }[status];
@@ -735,6 +760,7 @@ const socket = connect({
         if (state.tool) {
           const fresh = event.tools.find((t) => t.name === state.tool.name);
           if (fresh && JSON.stringify(fresh) !== JSON.stringify(state.tool)) selectTool(fresh.name);
+          else if (fresh) renderDecision(state.tool);
         } else if (pendingTool) {
           selectTool(pendingTool, pendingArguments);
           pendingTool = pendingArguments = null;

@@ -101,7 +101,7 @@ function renderMessages(event) {
 const socket = connect({
   onStatus(status) {
     $("connection-status").textContent = {
-      connected: "Connected.",
+      connected: "Connected to the portal.",
       disconnected: "Connection lost; reconnecting…",
       "logged-out": "You are logged out. Reload the page to log in.",
     }[status];

@@ -194,7 +194,7 @@ function serverName(id) {
 const socket = connect({
   onStatus(status) {
     $("connection-status").textContent = {
-      connected: "Connected.",
+      connected: "Connected to the portal.",
       disconnected: "Connection lost; reconnecting… (subscriptions end with the connection)",
       "logged-out": "You are logged out. Reload the page to log in.",
     }[status];

@@ -231,7 +231,20 @@ function checkString(schema, value) {
   return problems;
 }
 
+// JSON has no Infinity: JSON.stringify would send 1e400 as null, and the server would say "None is not a number".
+export const NOT_FINITE = "Not a finite number: too large for JSON.";
+
+// Each number in `value` that JSON cannot carry (1e400 parses as Infinity), as {path, message}.
+export function nonFinite(value, path = []) {
+  if (typeof value === "number") return Number.isFinite(value) ? [] : [{ path, message: NOT_FINITE }];
+  if (value && typeof value === "object") {
+    return Object.entries(value).flatMap(([key, item]) => nonFinite(item, [...path, Array.isArray(value) ? Number(key) : key]));
+  }
+  return [];
+}
+
 function checkNumber(schema, type, value) {
+  if (!Number.isFinite(value)) return [NOT_FINITE];
   const problems = [];
   const b = bounds(schema);
   if (type === "integer" && !Number.isInteger(value)) problems.push("Must be a whole number.");

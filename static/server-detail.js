@@ -14,7 +14,7 @@ function render(test) {
         `${test.server_name} ${test.server_version} · protocol ${test.protocol_version}${test.era ? ` (${test.era} era)` : ""} · ${test.tool_count} tools · ` +
         `handshake ${test.handshake_ms} ms · round trip ${test.round_trip_ms} ms`),
     );
-    if (test.instructions) output.append(h("p", { class: "muted", text: `Instructions: ${test.instructions}` }));
+    if (test.instructions) output.append(h("p", { class: "muted pre-wrap instructions", text: `Instructions: ${test.instructions}` }));
     output.append(h("details", {}, h("summary", { text: "Capabilities" }), h("pre", { text: JSON.stringify(test.capabilities, null, 2) })));
   } else {
     output.append(h("p", {}, h("span", { class: "badge error", text: String(test.kind).replaceAll("_", " ") }), " ", test.message));

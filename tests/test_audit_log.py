@@ -167,3 +167,24 @@ def test_rows_outlive_the_people_and_teams_they_name(rows, bob, alice):
     assert kept.count() == 3
     assert {(e.user_id, e.team_id) for e in kept} == {(None, None)}
     assert kept[0].server_name == "demo" and kept[0].tool == "echo"
+
+
+def test_an_admin_reads_another_persons_decision_naming_that_person(alice, bob, demo_server):
+    reason = "Approved (once) by you at 10:00:00: Your rule mcp__demo asks every time."
+    audit.record(
+        "decision", bob, team_id=demo_server.team_id, server_name="demo", tool="echo", reason=reason, outcome="allow"
+    )
+    audit.record("call", bob, team_id=demo_server.team_id, tool="echo", error="You cancelled the call.")
+    named = "Approved (once) by bob at 10:00:00: bob's rule mcp__demo asks every time."
+
+    page = logged_in(alice).get("/audit/").content.decode()
+    assert "bob&#x27;s rule mcp__demo" in page and "by bob at" in page and "bob cancelled the call." in page
+    assert "by you" not in page and "Your rule" not in page
+    rows = logged_in(alice).get("/audit/", {"format": "json"}).json()["events"]
+    assert {row["reason"] for row in rows} >= {named}
+    assert "bob cancelled the call." in {row["error"] for row in rows}
+    response = logged_in(alice).get("/audit/", {"format": "csv"})
+    assert named in b"".join(response.streaming_content).decode()
+    # Bob reads his own decision as it was written to him; the stored row is unchanged.
+    assert reason in logged_in(bob).get("/audit/").content.decode().replace("&#x27;", "'")
+    assert AuditEvent.objects.filter(reason=reason).count() == 1

@@ -224,3 +224,22 @@ def test_expansion_covers_every_field_and_never_touches_the_stored_config():
     assert (expanded.url, expanded.headers) == ("https://h/mcp", {"Authorization": "Bearer t-1"})
     assert config.headers == {"Authorization": "Bearer ${T}"} and expanded.fingerprint() != config.fingerprint()
     assert "t-1" not in repr(config)
+
+
+def test_an_error_the_server_already_prefixed_is_not_prefixed_again(pool):
+    from sessions.mcp.config import ConnectionKey
+    from tests.conftest import ROOT
+
+    config = ServerConfig(
+        network=LOCAL_NETWORK,
+        name="faulty",
+        transport="stdio",
+        command=sys.executable,
+        args=("-m", "tests.servers.fault_server"),
+        cwd=str(ROOT),
+        protocol="legacy",
+    )
+    key = ConnectionKey.for_owner(1, config, "user:1")
+    outcome = pool.run(pool.call_tool(key, config, "prefixed_error", {}), timeout=60)
+    assert outcome.status == "failed", outcome
+    assert outcome.failure.message == "MCP error -32602: Invalid arguments for tool prefixed_error"

@@ -180,3 +180,44 @@ def test_a_real_calls_progress_is_kept_on_its_record(alice, demo_server):
         "notifications/progress",
         None,
     ]
+
+
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+
+
+@pytest.mark.django_db
+def test_one_call_shows_images_as_images_text_as_written_times_with_their_zone_and_the_cut(alice, demo_server):
+    call = record(
+        alice,
+        demo_server,
+        "image",
+        result={
+            "content": [
+                {"type": "text", "text": "Done ✅ <b>not bold</b>"},
+                {"type": "image", "mimeType": "image/png", "data": PNG},
+                {"type": "image", "mimeType": "image/svg+xml", "data": "PHN2Zz48L3N2Zz4="},
+            ],
+            "structuredContent": None,
+            "isError": False,
+        },
+        details={
+            "truncated": {
+                "tokens": 2_527_497,
+                "limit": 25_000,
+                "full_bytes": 10_109_988,
+                "kept_bytes": 10_109_988,
+                "notice": "The tool returned about 2,527,497 tokens (10.1 MB), over the 25,000-token limit: "
+                "the first 25,000 tokens are shown, and the whole output (10.1 MB) can be downloaded.",
+            }
+        },
+    )
+    page = logged_in(alice).get(f"/calls/{call.pk}/").content.decode()
+    assert "Done ✅ &lt;b&gt;not bold&lt;/b&gt;" in page and "\\u2705" not in page
+    assert f'<img class="result-image" src="data:image/png;base64,{PNG}"' in page
+    assert "data:image/svg+xml" not in page, "an SVG (which may carry script) is shown as JSON, not as an image"
+    assert re.search(r"<dt>Started</dt><dd>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</dd>", page)
+    assert (
+        "(10.1 MB) can be downloaded." in page
+        and f'href="/calls/{call.pk}/full-output">Download the full output' in page
+    )
+    assert page.count("2,527,497") == 1, "one notice, not a second one in the details"

@@ -247,3 +247,76 @@ def test_the_preview_names_each_placeholder_that_will_not_be_filled(alice, setti
     page = response.content.decode()
     assert "Will not be filled: <code>${GITHUB_TOKEN}</code>, not available to servers" in page
     assert "in-the-portal-env-but-not-exposed" not in page and "lin-123456" not in page
+
+
+def test_export_holds_back_only_what_looks_like_a_credential(alice):
+    team = acme(alice)
+    Server.objects.create(
+        team=team,
+        name="api",
+        transport="http",
+        url="https://api.example.com/mcp",
+        headers={
+            "X-Team": "platform",
+            "Cookie": "session=abc",
+            "X-Request-Source": "portal",
+            "X-Trace": "ghp_0123456789abcdefghijABCDEFGHIJ012345",  # a GitHub token's shape, whatever the name
+            "X-Client": "${secret:CLIENT_TOKEN}",
+        },
+    )
+    Server.objects.create(
+        team=team, name="tool", command="docker", env={"TZ": "Europe/Paris", "DEBUG_LEVEL": "3", "API_KEY": "k-1"}
+    )
+    download = logged_in(alice).get(f"/servers/export/?team={team.pk}&download=1")
+    servers = json.loads(download.content)["mcpServers"]
+    assert servers["api"]["headers"] == {
+        "X-Team": "platform",
+        "Cookie": "${COOKIE}",
+        "X-Request-Source": "portal",
+        "X-Trace": "${X_TRACE}",
+        "X-Client": "${CLIENT_TOKEN}",  # a secret only this portal holds
+    }
+    assert servers["tool"]["env"] == {"TZ": "Europe/Paris", "DEBUG_LEVEL": "3", "API_KEY": "${API_KEY}"}
+
+
+LITERAL = {
+    "mcpServers": {
+        "linear": {
+            "type": "http",
+            "url": "https://mcp.linear.app/mcp",
+            "headers": {"Authorization": "Bearer lin_api_0123456789abcdef", "X-Team": "platform"},
+        },
+        "db": {"command": "docker", "args": ["run", "-i", "db-mcp"], "env": {"DB_PASSWORD": "hunter2", "TZ": "UTC"}},
+    }
+}
+
+
+def test_the_preview_warns_of_credentials_in_the_clear_and_can_store_them_as_secrets(alice):
+    from servers.credential_models import Credential
+
+    client = logged_in(alice)
+    text = json.dumps(LITERAL)
+    preview = client.post("/servers/import/", {"team": acme(alice).pk, "config": text, "preview": ""})
+    page = preview.content.decode()
+    assert "Looks like a credential, written in the clear: <code>Authorization</code>." in page
+    assert "Looks like a credential, written in the clear: <code>DB_PASSWORD</code>." in page
+    assert 'name="as_secrets"' in page and "X-Team</code>" not in page
+
+    response = client.post(
+        "/servers/import/", {"team": acme(alice).pk, "config": text, "create": "", "as_secrets": "on"}
+    )
+    assert response.status_code == 302
+    linear, db = Server.objects.get(name="linear"), Server.objects.get(name="db")
+    assert linear.headers == {"Authorization": "Bearer ${secret:AUTHORIZATION}", "X-Team": "platform"}
+    assert db.env == {"DB_PASSWORD": "${secret:DB_PASSWORD}", "TZ": "UTC"}
+    stored = {(c.server.name, c.name, c.team_id, c.open()) for c in Credential.objects.all()}
+    assert stored == {
+        ("linear", "AUTHORIZATION", acme(alice).pk, "lin_api_0123456789abcdef"),
+        ("db", "DB_PASSWORD", acme(alice).pk, "hunter2"),
+    }
+
+
+def test_without_asking_the_credentials_are_stored_as_written(alice):
+    text = json.dumps(LITERAL)
+    logged_in(alice).post("/servers/import/", {"team": acme(alice).pk, "config": text, "create": ""})
+    assert Server.objects.get(name="db").env == {"DB_PASSWORD": "hunter2", "TZ": "UTC"}

@@ -1,3 +1,5 @@
+import json
+
 from sessions.mcp.naming import is_valid_name, normalize_name, summarize_description, tool_full_name
 from sessions.mcp.schema import validate_arguments
 
@@ -30,3 +32,12 @@ def test_arguments_are_checked_field_by_field():
 def test_a_broken_schema_from_the_server_is_reported_not_trusted():
     errors = validate_arguments({"type": "no-such-type"}, {})
     assert errors and "invalid" in errors[0]["message"]
+
+
+def test_a_number_too_large_for_json_is_named_not_taken_for_none():
+    schema = {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "array"}}}
+    arguments = json.loads('{"a": 1e400, "b": [1, -1e999]}')  # as the socket reads them: infinities
+    assert validate_arguments(schema, arguments) == [
+        {"path": ["a"], "message": "is not a finite number (too large for JSON)"},
+        {"path": ["b", 1], "message": "is not a finite number (too large for JSON)"},
+    ]

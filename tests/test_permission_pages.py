@@ -155,3 +155,16 @@ def test_the_playground_catalog_carries_classes_and_decisions(bob, listed_server
     described = catalog[0]["described"]
     assert described["echo"]["class"] == "read" and described["echo"]["decision"]["effect"] == "allow"
     assert described["crash"]["decision"]["effect"] == "ask" and described["crash"]["decision"]["can_remember"]
+
+
+def test_a_member_refused_an_admin_page_gets_a_page_with_the_reason_and_no_traceback_is_logged(bob, caplog):
+    caplog.set_level("WARNING", logger="django.request")
+    response = logged_in(bob).get("/servers/add/")
+    assert response.status_code == 403
+    page = response.content.decode()
+    assert "Only team admins can register servers." in page
+    assert 'aria-label="Main"' in page and "portal.css" in page, "the portal's own page, not a bare 403"
+    refusals = [r for r in caplog.records if r.name == "django.request" and r.levelname == "WARNING"]
+    assert refusals and "Forbidden" in refusals[0].getMessage()
+    assert all(r.exc_info is None for r in refusals), "a refusal is not an error: no traceback"
+    assert "Traceback" not in caplog.text

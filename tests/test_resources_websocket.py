@@ -247,3 +247,34 @@ def test_malformed_resource_and_prompt_messages_get_clear_errors(alice, demo_ser
     for reply, (_, expected) in zip(replies, bad, strict=True):
         assert expected in reply["message"], reply
     assert still_there["prompts"]
+
+
+def test_test_connection_counts_resources_and_prompts_for_the_list_and_an_edit_keeps_them(alice, demo_server):
+    from django.test import Client
+
+    cookie = session_cookie(alice)
+
+    async def scenario():
+        async with Playground(cookie) as ws:
+            await ws.send({"type": "test_connection", "server": demo_server.pk})
+            return await ws.until("connection.tested", server=demo_server.pk)
+
+    tested = run(scenario())
+    assert (tested["resource_count"], tested["template_count"], tested["prompt_count"]) == (5, 1, 2)
+    demo_server.refresh_from_db()
+    assert (demo_server.resource_count, demo_server.template_count, demo_server.prompt_count) == (5, 1, 2)
+    client = Client()
+    client.force_login(alice)
+    row = client.get("/servers/").content.decode().split(f'id="server-{demo_server.pk}"')[-1].split("</tr>")[0]
+    assert "<td>5 <span" in row and "+ 1 template" in row and "<td>2</td>" in row
+
+    # Saving the edit form with a new description (every field is sent again) keeps the counts.
+    initial = client.get(f"/servers/{demo_server.pk}/edit/").context["form"].initial
+    data = {k: v for k, v in initial.items() if v not in (None, False)}
+    data.update(team=demo_server.team_id, description="The demo, described")
+    data = {k: ("on" if v is True else v) for k, v in data.items()}
+    response = client.post(f"/servers/{demo_server.pk}/edit/", data)
+    assert response.status_code == 302, response.context["form"].errors if response.context else response
+    demo_server.refresh_from_db()
+    assert demo_server.description == "The demo, described"
+    assert (demo_server.resource_count, demo_server.prompt_count) == (5, 2) and demo_server.tools

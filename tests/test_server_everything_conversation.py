@@ -98,3 +98,62 @@ def test_progress_elicitation_sampling_and_roots(alice, everything):
 
     assert roots["status"] == "succeeded"
     assert "file:///srv/projects/portal" in roots["result"]["content"][0]["text"]
+
+
+def test_the_raw_json_rpc_view_holds_the_servers_requests_and_the_answers_as_they_passed(alice, everything):
+    from sessions.models import ToolCall
+
+    cookie = session_cookie(alice)
+
+    async def scenario():
+        async with Playground(cookie) as ws:
+            asking = await start(ws, everything.pk, "trigger-elicitation-request", {})
+            asked = await ws.until("elicitation.requested", call=asking, timeout=60)
+            answer = {"type": "answer_elicitation", "elicitation": asked["elicitation"], "action": "decline"}
+            await ws.send(answer)
+            elicited = await ws.until("call.ended", call=asking, timeout=60)
+            sampling_call = await start(ws, everything.pk, "trigger-sampling-request", {"prompt": "Say hi"})
+            sampled = await ws.until("sampling.requested", call=sampling_call, timeout=60)
+            await ws.send({"type": "answer_sampling", "sampling": sampled["sampling"], "action": "decline"})
+            sampling = await ws.until("call.ended", call=sampling_call, timeout=60)
+            return elicited, sampling
+
+    elicited, sampling = asyncio.run(scenario())
+    assert "exchange" not in elicited["details"], "the raw view stays on the record, out of the live event"
+
+    def methods(call_id: str) -> list[tuple[str, str]]:
+        exchange = ToolCall.objects.get(pk=call_id).exchange()
+        times = [m["at_ms"] for m in exchange if m["at_ms"] is not None]
+        assert times == sorted(times), "in the order they passed"
+        return [(m["direction"], m["message"].get("method") or "answer") for m in exchange]
+
+    elicitation = methods(elicited["call"])
+    assert elicitation[0] == ("sent", "tools/call")
+    assert ("received", "elicitation/create") in elicitation
+    # The portal's own answer to the server's request (the person declined), then the call's answer.
+    assert elicitation.index(("sent", "answer")) > elicitation.index(("received", "elicitation/create"))
+    assert elicitation[-1] == ("received", "answer")
+    sampled = methods(sampling["call"])
+    assert ("received", "sampling/createMessage") in sampled and ("sent", "answer") in sampled
+    record = ToolCall.objects.get(pk=sampling["call"]).exchange()
+    assert record[-1]["message"]["result"] == ToolCall.objects.get(pk=sampling["call"]).result
+
+
+def test_a_tool_that_requires_tasks_is_marked_and_refused_with_a_clear_message(alice, everything):
+    cookie = session_cookie(alice)
+
+    async def scenario():
+        async with Playground(cookie) as ws:
+            await ws.send({"type": "list_tools", "server": everything.pk})
+            listed = await ws.until("tools", timeout=60)
+            ended = await ws.call(everything.pk, "simulate-research-query", {"topic": "tides"}, timeout=60)
+            return listed, ended
+
+    listed, ended = asyncio.run(scenario())
+    assert "tools" in listed, listed
+    research = next(t for t in listed["tools"] if t["name"] == "simulate-research-query")
+    assert research["needs_tasks"] is True
+    assert not any(t["needs_tasks"] for t in listed["tools"] if t["name"] != "simulate-research-query")
+    assert (ended["status"], ended["error_kind"]) == ("rejected", "needs_tasks"), ended
+    assert "tasks" in ended["error"] and "not supported yet" in ended["error"]
+    assert "MCP error" not in ended["error"], "refused by the portal, never sent to the server"

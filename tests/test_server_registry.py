@@ -115,9 +115,18 @@ def test_it_explains_what_is_wrong(alice, overrides, field, message):
 def test_a_name_that_normalizes_to_an_existing_one_is_a_duplicate(alice, demo_server):
     team = alice.memberships.get().team
     response = logged_in(alice).post("/servers/add/", stdio_form(team, name="DEMO"))
-    assert "The team already has a server named 'DEMO'." in response.context["form"].errors["name"]
+    assert response.context["form"].errors["name"] == [
+        "'DEMO' clashes with the team's server 'demo': in tool names both become mcp__demo__… "
+        "(other characters become _, case aside). Choose another name."
+    ]
+    response = logged_in(alice).post("/servers/add/", stdio_form(team, name="demo"))
+    assert response.context["form"].errors["name"] == ["The team already has a server named 'demo'."]
     response = logged_in(alice).post("/servers/add/", stdio_form(team, name="my server"))
     assert response.status_code == 302  # spaces normalize to _: a valid, distinct name
+    response = logged_in(alice).post("/servers/add/", stdio_form(team, name="my.server"))
+    assert "clashes with the team's server 'my server'" in response.context["form"].errors["name"][0]
+    # The help text says what normalizing does.
+    assert "any other character becomes _" in logged_in(alice).get("/servers/add/").content.decode()
 
 
 def test_it_edits_a_server_and_forgets_the_old_tool_list(alice, demo_server):

@@ -48,3 +48,17 @@ def test_huge_structured_content_is_dropped():
 
 def test_count_tokens_splits_words_marks_and_space():
     assert count_tokens("Hello, world!") == 5
+
+
+def test_the_notice_says_what_the_tool_returned_what_is_shown_and_what_can_be_downloaded():
+    from sessions.mcp.truncation import describe
+
+    # A 10 MB result: its size and the limit, the part shown, and the whole of it to download.
+    assert describe(2_527_497, 25_000, 10_109_988, 10_109_988) == (
+        "The tool returned about 2,527,497 tokens (10.1 MB), over the 25,000-token limit: "
+        "the first 25,000 tokens are shown, and the whole output (10.1 MB) can be downloaded."
+    )
+    # Over the download cap: only its first part is kept, and the notice says so.
+    assert describe(13_107_200, 25_000, 52_428_900, 20_971_520).endswith(
+        "and its first 21.0 MB (of 52.4 MB) can be downloaded."
+    )

@@ -56,6 +56,13 @@ class ConnectionFailed(Exception):
         self.failure = failure
 
 
+def protocol_message(code: int, message: str) -> str:
+    """`MCP error <code>: <message>`, once: servers built on the TypeScript SDK already prefix
+    their messages so, and a second prefix only repeats the code."""
+    prefix = f"MCP error {code}:"
+    return message if message.startswith(prefix) else f"{prefix} {message}"
+
+
 def leaf_exceptions(exc: BaseException) -> Iterator[BaseException]:
     """The SDK wraps connect-time errors in (nested) ExceptionGroups; the leaves say what happened."""
     if isinstance(exc, BaseExceptionGroup):
@@ -252,7 +259,7 @@ def diagnose(
             return Failure("process_exited", f"the server process exited{detail}", stderr_tail)
         if "connection closed" in str(mcp_error).lower():
             return Failure("connection_lost", f"the connection to {target} was closed", stderr_tail)
-        return Failure("protocol", f"MCP error {mcp_error.error.code}: {mcp_error.error.message}", stderr_tail)
+        return Failure("protocol", protocol_message(mcp_error.error.code, mcp_error.error.message), stderr_tail)
 
     if is_connection_lost(exc):
         kind = "process_exited" if config.transport == "stdio" else "connection_lost"

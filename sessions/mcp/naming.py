@@ -62,14 +62,28 @@ def full_tool_names(server: str, tools: list[str]) -> dict[str, str]:
     return names
 
 
+NEEDS_TASKS_MESSAGE = (
+    '{tool} runs only as an MCP task (its taskSupport is "required"), and tasks are not supported yet: '
+    "the portal does not call it."
+)
+
+
+def needs_tasks(tool: dict) -> bool:
+    """The tool must be called as a task (`execution.taskSupport: "required"`), which the portal cannot do yet."""
+    execution = tool.get("execution")
+    return isinstance(execution, dict) and execution.get("taskSupport") == "required"
+
+
 def annotate_tools(server: str, tools: list[dict]) -> list[dict]:
-    """Tools as the portal shows them: each with its `full_name` and a `summary` of its description."""
+    """Tools as the portal shows them: each with its `full_name`, a `summary` of its description,
+    and whether it `needs_tasks`."""
     names = full_tool_names(server, [str(tool.get("name", "")) for tool in tools])
     return [
         {
             **tool,
             "full_name": names[str(tool.get("name", ""))],
             "summary": summarize_description(tool.get("description")),
+            "needs_tasks": needs_tasks(tool),
         }
         for tool in tools
     ]

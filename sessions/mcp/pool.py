@@ -39,6 +39,7 @@ from .errors import (
     is_connection_lost,
     is_session_expired,
     is_terminal,
+    protocol_message,
 )
 from .naming import annotate_tools
 from .processes import become_subreaper
@@ -54,6 +55,7 @@ from .results import (
 )
 from .transports import HttpTrace, open_transport, read_tail
 from .variables import MissingVariable, expand_config
+from .wire import Exchange, Wire, tapped
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -93,6 +95,8 @@ class CallHooks:
     on_elicit_done: ElicitDoneSink | None = None
     on_sample: SampleSink | None = None
     on_log: LogSink | None = None
+    # The call's JSON-RPC messages as they pass (wire.py); shared by the copies `scrubbing` makes.
+    exchange: Exchange = field(default_factory=Exchange)
     _scope: anyio.CancelScope | None = None
     _seconds: float = 0.0
 
@@ -178,6 +182,7 @@ class CallOutcome:
     errors: list[dict[str, Any]] = field(default_factory=list)  # per-field argument errors
     retried: bool = False  # the session had expired and the call ran again on a new one
     truncated: dict[str, Any] | None = None  # set by the caller that cut the result
+    exchange: list[dict[str, Any]] = field(default_factory=list)  # the raw JSON-RPC view (wire.py)
 
 
 class RequestTimedOut(Exception):
@@ -250,6 +255,18 @@ class Connection:
     calls: list[CallHooks] = field(default_factory=list)  # in flight, oldest first
     on_server_log: LogSink | None = None  # logs that arrive outside any call
     subscriptions: ResourceSubscriptions | None = None
+    wire: Wire = field(init=False)
+
+    def __post_init__(self) -> None:
+        def sending() -> Exchange | None:
+            hooks = serving.get()  # only a call's own task: a listing beside a call is not the call's
+            return hooks.exchange if hooks is not None else None
+
+        def served() -> Exchange | None:
+            hooks = self._serving()
+            return hooks.exchange if hooks is not None else None
+
+        self.wire = Wire(sending, served)
 
     async def open(self) -> None:
         """Start the connection's task and wait, bounded by the connect timeout, for the handshake."""
@@ -290,7 +307,7 @@ class Connection:
     def _client(self, config: ServerConfig) -> Client:
         mode, discover = config.connect_mode()
         return Client(
-            self._watched(open_transport(config, self._errlog, self.http)),
+            self._watched(tapped(open_transport(config, self._errlog, self.http), self.wire)),
             mode=mode,
             prior_discover=types.DiscoverResult.model_validate(discover) if discover else None,
             client_info=CLIENT_INFO,
@@ -578,6 +595,7 @@ class Connection:
                         self.calls.remove(hooks)
         finally:
             serving.reset(token)
+            self.wire.forget(hooks.exchange)
         raise RequestTimedOut(seconds)
 
     async def check_health(self) -> None:
@@ -916,15 +934,17 @@ class ConnectionPool:
     ) -> CallOutcome:
         started = time.monotonic()
         attempts = 0
+        hooks = hooks or CallHooks(on_progress=on_progress)
 
         async def call(conn: Connection) -> types.CallToolResult:
             nonlocal attempts
             attempts += 1
-            return await conn.call_tool(tool, arguments, hooks or CallHooks(on_progress=on_progress))
+            return await conn.call_tool(tool, arguments, hooks)
 
         def ended(outcome: CallOutcome) -> CallOutcome:
             outcome.duration_ms = round((time.monotonic() - started) * 1000, 3)
             outcome.retried = attempts > 1
+            outcome.exchange = hooks.exchange.as_list()
             return outcome
 
         try:
@@ -954,6 +974,7 @@ class ConnectionPool:
                 tools = await conn.list_tools()
             except BaseException as exc:
                 raise ConnectionFailed(conn.diagnose(exc)) from exc
+            info.update(await self._counts(conn))
             info.update(
                 tools=tools,
                 tool_count=len(tools),
@@ -991,7 +1012,9 @@ class ConnectionPool:
                 raise
             if isinstance(exc, MCPError) and exc.error.code in SERVER_REFUSALS:
                 # Checked before diagnose(): on 2026 HTTP these come with HTTP 400, which is not a transport fault.
-                raise ConnectionFailed(Failure("protocol", f"MCP error {exc.error.code}: {exc.error.message}")) from exc
+                raise ConnectionFailed(
+                    Failure("protocol", protocol_message(exc.error.code, exc.error.message))
+                ) from exc
             if is_connection_lost(exc):
                 await self.drop(key)
             failure = conn.diagnose(exc)
@@ -1001,6 +1024,35 @@ class ConnectionPool:
         finally:
             conn.in_flight -= 1
             conn.last_used = time.monotonic()
+
+    async def _counts(self, conn: Connection) -> dict[str, int | None]:
+        """How many resources, templates and prompts the server offers (0 for what it does not
+        offer; None where listing failed: a test is about connecting, not about these lists)."""
+        client = conn.client
+        assert client is not None
+        caps = self._capabilities(client)
+        counts: dict[str, int | None] = {"resource_count": 0, "template_count": 0, "prompt_count": 0}
+        lists: list[tuple[str, Callable[[str | None], Awaitable[Any]], str]] = []
+        if caps.resources is not None:
+            lists.append(
+                ("resource_count", lambda c: client.list_resources(cursor=c, cache_mode="bypass"), "resources")
+            )
+            lists.append(
+                (
+                    "template_count",
+                    lambda c: client.list_resource_templates(cursor=c, cache_mode="bypass"),
+                    "resource_templates",
+                )
+            )
+        if caps.prompts is not None:
+            lists.append(("prompt_count", lambda c: client.list_prompts(cursor=c, cache_mode="bypass"), "prompts"))
+        for name, fetch, items in lists:
+            try:
+                counts[name] = len(await conn.request(lambda f=fetch, i=items: self._all_pages(f, i)))
+            except Exception as exc:  # noqa: BLE001 - the test still reports the connection
+                log.debug("counting %s of %s failed: %r", items, conn.config.name, exc)
+                counts[name] = None
+        return counts
 
     @staticmethod
     def _capabilities(client: Client) -> types.ServerCapabilities:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from functools import lru_cache
 from typing import Any
 
@@ -10,6 +11,18 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
 MAX_ERRORS = 50
+NOT_FINITE = "is not a finite number (too large for JSON)"
+
+
+def _non_finite(value: Any, path: list | None = None) -> list[list]:
+    path = path or []
+    if isinstance(value, float) and not math.isfinite(value):
+        return [path]
+    if isinstance(value, dict):
+        return [found for key, item in value.items() for found in _non_finite(item, [*path, key])]
+    if isinstance(value, list):
+        return [found for index, item in enumerate(value) for found in _non_finite(item, [*path, index])]
+    return []
 
 
 @lru_cache(maxsize=512)
@@ -37,6 +50,10 @@ def validate_arguments(schema: dict[str, Any] | None, arguments: Any) -> list[di
     validator = _validator(json.dumps(schema or {"type": "object"}, sort_keys=True))
     if isinstance(validator, str):
         return [{"path": [], "message": f"the tool's input schema is invalid: {validator}"}]
+    infinite = [{"path": path, "message": NOT_FINITE} for path in _non_finite(arguments)]
+    if infinite:
+        # 1e400 reads as infinity, which jsonschema calls a number and JSON cannot carry to the server.
+        return infinite[:MAX_ERRORS]
     errors = sorted(validator.iter_errors(arguments), key=lambda e: list(map(str, e.absolute_path)))
     return [{"path": path, "message": message} for path, message in located(errors)][:MAX_ERRORS]
 

@@ -26,6 +26,29 @@ def notice(max_tokens: int) -> str:
     )
 
 
+def size_text(size: int) -> str:
+    """Bytes as a person reads them: 812 bytes, 4.3 KB, 10.1 MB (decimal units)."""
+    if size < 1000:
+        return f"{size} bytes"
+    if size < 1_000_000:
+        return f"{size / 1000:.1f} KB"
+    return f"{size / 1_000_000:.1f} MB"
+
+
+def describe(tokens: int, max_tokens: int, full_bytes: int, kept_bytes: int) -> str:
+    """The one sentence the page and the history show about a cut result: what the tool returned,
+    what is shown, and what can be downloaded (all of it, or its first part when over the cap)."""
+    returned = (
+        f"The tool returned about {tokens:,} tokens ({size_text(full_bytes)}), over the {max_tokens:,}-token limit"
+    )
+    shown = f"the first {max_tokens:,} tokens are shown"
+    if kept_bytes >= full_bytes:
+        kept = f"the whole output ({size_text(full_bytes)}) can be downloaded"
+    else:
+        kept = f"its first {size_text(kept_bytes)} (of {size_text(full_bytes)}) can be downloaded"
+    return f"{returned}: {shown}, and {kept}."
+
+
 def _block_chars(block: dict[str, Any]) -> int:
     kind = block.get("type")
     if kind == "text":

@@ -121,7 +121,7 @@ def test_a_10_mb_output_arrives_cut_and_the_page_keeps_its_socket(page: Page, al
     with open(caught.value.path()) as whole:
         assert len(json.load(whole)["content"][0]["text"]) == 10 * 1024 * 1024
     # The socket was not closed by an oversized frame: the next call goes through it.
-    expect(page.locator("#connection-status")).to_have_text("Connected.")
+    expect(page.locator("#connection-status")).to_have_text("Connected to the portal.")
     pick_tool(page, re.compile(r"^Echo "))
     page.get_by_label("Message").fill("still connected")
     page.get_by_role("button", name="Call tool").click()

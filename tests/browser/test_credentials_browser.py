@@ -18,10 +18,21 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 expect.set_options(timeout=TIMEOUT_MS)
 
 
+def after_test_connection(page: Page, server) -> None:
+    """Test connection on the server's page: the server asks for authorization, so the portal knows
+    it uses OAuth and offers "Connect your account" (an HTTP server that never asked is not)."""
+    page.goto(f"/servers/{server.pk}/")
+    page.get_by_role("button", name="Test connection").click()
+    expect(page.locator("#test-result")).to_contain_text("needs auth")
+
+
 def test_connect_goes_through_the_consent_page_and_back_and_calls_as_that_user(
     page: Page, alice, oauth_server, oauth_base
 ):
     log_in(page, "alice", "pw-alice")
+    page.goto("/credentials/")
+    expect(page.locator(f"#server-{oauth_server.pk}")).not_to_contain_text("Connect your account")
+    after_test_connection(page, oauth_server)
     page.goto("/credentials/")
     card = page.locator(f"#server-{oauth_server.pk}")
     expect(card.get_by_text("not connected", exact=True)).to_be_visible()
@@ -59,6 +70,7 @@ def test_connect_goes_through_the_consent_page_and_back_and_calls_as_that_user(
 
 def test_deny_on_the_consent_page_comes_back_saying_so(page: Page, alice, oauth_server):
     log_in(page, "alice", "pw-alice")
+    after_test_connection(page, oauth_server)
     page.goto("/credentials/")
     card = page.locator(f"#server-{oauth_server.pk}")
     card.get_by_role("button", name="Connect your account").click()

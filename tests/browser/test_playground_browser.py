@@ -25,7 +25,7 @@ XSS = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script>'
 def open_playground(page: Page, server) -> None:
     page.goto(f"/playground/?server={server.pk}")
     # The socket is up and the worker has listed the tools (the ORM-made server has none cached).
-    expect(page.locator("#connection-status")).to_have_text("Connected.")
+    expect(page.locator("#connection-status")).to_have_text("Connected to the portal.")
     expect(page.locator("#tools-status")).to_have_text(re.compile(r"^\d+ tools$"))
 
 
@@ -195,8 +195,9 @@ def test_tool_output_is_inert(page: Page, alice, demo_server):
     page.get_by_role("table").get_by_role("link").first.click()
     expect(page.get_by_role("heading", level=1)).to_contain_text("echo")
     blocks = page.locator("main pre").filter(has_text="<script>window.__xss=2</script>")
-    # The arguments, the result, and the JSON-RPC request and response rebuilt from the record.
-    expect(blocks).to_have_count(4)
+    # The arguments, the result's text and its structured content, and the JSON-RPC request and
+    # answer as they passed.
+    expect(blocks).to_have_count(5)
     expect(page.locator("main pre img, main pre script")).to_have_count(0)
     assert page.evaluate("window.__xss") is None
     assert dialogs == []

@@ -42,7 +42,7 @@ def schema_server(alice):
 def open_tool(page: Page, server, tool: str) -> None:
     log_in(page, "alice", "pw-alice")
     page.goto(f"/playground/?server={server.pk}&tool={tool}")
-    expect(page.locator("#connection-status")).to_have_text("Connected.")
+    expect(page.locator("#connection-status")).to_have_text("Connected to the portal.")
     expect(page.locator("#tools-status")).to_have_text(re.compile(r"^\d+ tools$"))
     page.locator(f'button.tool[data-tool="{tool}"]').click()
     expect(page.locator("#tool-full-name")).to_have_text(re.compile(f"{tool}$"))

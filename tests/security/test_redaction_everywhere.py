@@ -106,7 +106,12 @@ def test_a_server_echoing_the_secret_everywhere_shows_only_its_reference(alice, 
     hostile.refresh_from_db()
     assert ALICE_SECRET not in json.dumps([hostile.tools, hostile.last_test])
     assert ALICE_SECRET not in database_text()  # calls, audit, elicitations, sampling, connection status
-    for page in ("/calls/", f"/servers/{hostile.pk}/", "/playground/"):
+    # The raw JSON-RPC view captured the echoing messages themselves, through the same scrubber.
+    from sessions.models import ToolCall
+
+    raw = json.dumps(ToolCall.objects.get(pk=seen["echo"]["call"]).details["exchange"])
+    assert REFERENCE in raw and ALICE_SECRET not in raw
+    for page in ("/calls/", f"/calls/{seen['echo']['call']}/", f"/servers/{hostile.pk}/", "/playground/"):
         assert ALICE_SECRET not in logged_in(alice).get(page).content.decode()
 
 

@@ -12,6 +12,8 @@ Handshake era only (run it with the server's protocol set to "legacy"). Its tool
 - `garbage_only`: the same lines and no answer at all;
 - `grow`: adds `count` tools one by one, saying after each that its tool list changed;
 - `log_after`: answers, then logs a line that belongs to no call.
+- `prefixed_error`: a JSON-RPC error whose message already says "MCP error -32602:", as servers on
+  the TypeScript SDK send them.
 """
 
 from __future__ import annotations
@@ -74,6 +76,11 @@ TOOLS = [
         "description": "Invalid JSON-RPC, then the answer.",
         "inputSchema": {"type": "object"},
         "annotations": {"readOnlyHint": True},
+    },
+    {
+        "name": "prefixed_error",
+        "description": "An error whose message carries its own code.",
+        "inputSchema": {"type": "object"},
     },
     {
         "name": "garbage_only",
@@ -182,6 +189,9 @@ def call(request_id, name: str, arguments: dict, meta: dict) -> None:
         time.sleep(0.2)  # the answer is in: the line below arrives when no call is in flight
         message = {"level": "warning", "logger": "between", "data": arguments.get("text", "between calls")}
         write({"jsonrpc": "2.0", "method": "notifications/message", "params": message})
+    elif name == "prefixed_error":
+        message = "MCP error -32602: Invalid arguments for tool prefixed_error"
+        write({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32602, "message": message}})
     else:
         write({"jsonrpc": "2.0", "id": request_id, "error": {"code": -32602, "message": f"Unknown tool: {name}"}})
 
