@@ -44,10 +44,6 @@ def pytest_configure(config: pytest.Config) -> None:
     # Many tests start calls as the same few people within a minute: the per-user limit is off here
     # and on in tests/security/test_rate_limits.py.
     settings.PORTAL_TOOL_CALLS_PER_MINUTE = 0
-    # The suite's Node (NODE, below) is the `node` of the embedded command policy
-    # (`node …/node_modules/@modelcontextprotocol/{package}/dist/index.js`): first on PATH, in this
-    # process and every one it starts, whatever Node the machine has.
-    os.environ["PATH"] = f"{Path(NODE).parent}{os.pathsep}{os.environ.get('PATH', '')}"
     # Some tests hand a stdio server a file in tmp_path (a pidfile, a file to wait for, an event log):
     # the sandbox shows no host path the operator did not bind, so here pytest's temporary
     # directories are bound writable, in every process the tests start.

@@ -67,6 +67,8 @@ def test_a_portal_served_on_another_port_makes_that_port_its_redirect_uri(tmp_pa
 
 
 def test_admins_are_told_when_the_page_is_served_elsewhere_than_the_redirect_uri(alice, bob, oauth_server):
+    # The server asks for an authorization: from then on the portal knows it uses OAuth.
+    assert whoami(alice, oauth_server)["error_kind"] == "needs_auth"
     here = settings.PORTAL_OAUTH_REDIRECT_URI.removesuffix("/oauth/callback").removeprefix("http://")
     elsewhere = "127.0.0.1:1"
     for path in ("/credentials/", "/servers/"):
@@ -153,6 +155,7 @@ def test_revoke_is_offered_only_with_tokens_and_ready_only_once_connected(alice,
         page = client.get("/credentials/").content.decode()
         return page[page.index(f'id="server-{oauth_server.pk}"') :]
 
+    assert whoami(alice, oauth_server)["error_kind"] == "needs_auth"  # now known to use OAuth
     assert "Revoke" not in card() and ">ready<" not in card()
     started = client.post(f"/credentials/{oauth_server.pk}/connect/", {"next": "/credentials/"})
     client.get(approve(authorization_url(started), "alice", decision="deny"))

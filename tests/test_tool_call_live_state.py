@@ -9,6 +9,7 @@ import asyncio
 import pytest
 
 from sessions.models import Elicitation, ToolCall
+from tests.servers.fault_server import TOOLS as FAULT_TOOLS
 from tests.ws import Playground, session_cookie
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
@@ -148,7 +149,7 @@ def test_five_new_tools_make_one_tools_changed(alice, fault_server):
             return ended, [e for e in ws.seen if e["type"] == "tools.changed"]
 
     ended, changes = run(scenario())
-    assert ended["result"]["content"][0]["text"] == "16 tools"  # its 11, and 5 more
+    assert ended["result"]["content"][0]["text"] == f"{len(FAULT_TOOLS) + 5} tools"  # its own, and 5 more
     assert changes == [{"type": "tools.changed", "server": fault_server.pk}]
 
 
