@@ -47,11 +47,12 @@ class CommandRefused(Exception):
 
 class EnvRefused(Exception):
     def __init__(self, names: Sequence[str]):
+        # Sorted: the stored env's order is the database's (PostgreSQL's jsonb reorders keys).
+        self.names = sorted(names)
         super().__init__(
-            "the environment may not set " + ", ".join(names) + " (they change how a program starts: "
+            "the environment may not set " + ", ".join(self.names) + " (they change how a program starts: "
             "docs/security.md, stdio servers)"
         )
-        self.names = list(names)
 
 
 @dataclass(frozen=True)

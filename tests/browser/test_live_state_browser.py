@@ -84,7 +84,7 @@ def test_a_second_tab_shows_the_call_and_its_answer_closes_the_form_in_both(page
     open_playground(page, demo_server)
     watching = page.context.new_page()  # the same person, in a second tab
     watching.goto(f"/playground/?server={demo_server.pk}")
-    expect(watching.locator("#connection-status")).to_have_text("Connected.")
+    expect(watching.locator("#connection-status")).to_have_text("Connected to the portal.")
 
     pick(page, "ask")
     page.get_by_label("Topic").fill("the launch")

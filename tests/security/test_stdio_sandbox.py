@@ -438,7 +438,7 @@ def test_a_hijacking_env_is_refused_at_start(alice):
     worker.execute_test_connection(server.pk, alice.pk)
     server.refresh_from_db()
     assert server.last_test["ok"] is False and server.last_test["kind"] == "env_not_allowed"
-    assert "PYTHONSTARTUP, NODE_OPTIONS" in server.last_test["message"]
+    assert "NODE_OPTIONS, PYTHONSTARTUP" in server.last_test["message"]
 
 
 def test_the_demo_arguments_are_what_the_default_list_allows():
