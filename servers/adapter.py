@@ -46,8 +46,10 @@ class AccountAdapter(DefaultAccountAdapter):
 
     def clean_email(self, email: str) -> str:
         email = super().clean_email(email)
-        # Only signup is anonymous; a logged-in person adding an address to their account is not limited.
-        signing_up = self.request is not None and not self.request.user.is_authenticated
+        # Only the signup page is limited: a password reset cleans its address here too, and a
+        # logged-in person adding an address to their account is not signing up.
+        match = getattr(self.request, "resolver_match", None) if self.request is not None else None
+        signing_up = match is not None and match.url_name == "account_signup"
         if signing_up and not settings.PORTAL_SIGNUP_OPEN:
             # Signup is open only because of an invitation: for the address it was sent to, no other.
             invitation = invitation_in(self.request)[1]

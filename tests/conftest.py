@@ -127,6 +127,21 @@ def pytest_terminal_summary(terminalreporter) -> None:
     )
 
 
+def server_processes(token: str) -> list[int]:
+    """The stdio server's own processes (not the sandbox around them), found by a token on their
+    command line: in the sandbox's PID namespace the server's pid means nothing out here."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                argv = handle.read().split(b"\0")
+        except OSError:
+            continue
+        if token.encode() in argv and not os.path.basename(argv[0]).startswith(b"bwrap"):
+            found.append(int(pid))
+    return found
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -51,7 +51,8 @@ def signup(client: Client, username: str):
     )
 
 
-def test_a_new_account_joins_no_team_and_is_told_how_to_join_one():
+def test_a_new_account_joins_no_team_and_is_told_how_to_join_one(settings):
+    settings.PORTAL_SIGNUP_OPEN = True  # closed by default in the distributed mode
     client = Client()
     assert signup(client, "newcomer").status_code == 302
     assert not Membership.objects.exists()
@@ -63,6 +64,7 @@ def test_a_new_account_joins_no_team_and_is_told_how_to_join_one():
 
 
 def test_new_accounts_join_the_team_the_operator_names_as_members(settings):
+    settings.PORTAL_SIGNUP_OPEN = True  # closed by default in the distributed mode
     settings.PORTAL_SIGNUP_TEAM = "Everyone"
     assert signup(Client(), "first").status_code == 302
     assert signup(Client(), "second").status_code == 302
@@ -118,8 +120,11 @@ def test_login_page_labels_every_input():
     assert '<label for="id_login">' in page and '<label for="id_password">' in page
 
 
-def test_password_reset_mails_go_to_the_console_backend_by_default(alice):
+def test_password_reset_mails_go_to_the_console_backend_by_default(alice, settings):
     import portal.settings as configured  # the test runner swaps in locmem; the module says what `make run` uses
+
+    # With signup closed (the distributed mode's default) too: only signup is limited to invited addresses.
+    settings.PORTAL_SIGNUP_OPEN = False
 
     assert configured.EMAIL_BACKEND == "django.core.mail.backends.console.EmailBackend"
     Client().post("/accounts/password/reset/", {"email": "alice@example.com"})

@@ -13,7 +13,7 @@ from django.test import Client
 
 from servers.models import Server
 from sessions.models import ConnectionStatus
-from tests.conftest import DEMO_ARGS, DEMO_COMMAND, ROOT, ServerProcess
+from tests.conftest import DEMO_ARGS, DEMO_COMMAND, ROOT, ServerProcess, server_processes
 from tests.ws import Playground, session_cookie
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
@@ -142,21 +142,6 @@ def test_a_changed_tool_list_reaches_the_open_playground(alice, demo_server):
     assert changed == {"type": "tools.changed", "server": demo_server.pk}
     extra = next(t for t in tools["tools"] if t["name"] == "extra")
     assert extra["full_name"] == "mcp__demo__extra" and extra["summary"]
-
-
-def server_processes(token: str) -> list[int]:
-    """The stdio server's own processes (not the sandbox around them), found by a token on their
-    command line: in the sandbox's PID namespace the server's pid means nothing out here."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                argv = handle.read().split(b"\0")
-        except OSError:
-            continue
-        if token.encode() in argv and not os.path.basename(argv[0]).startswith(b"bwrap"):
-            found.append(int(pid))
-    return found
 
 
 def test_a_stdio_server_that_exits_while_idle_is_noticed_at_once_and_the_next_call_reconnects(alice):

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from django.conf import settings
 
 from sessions import affinity
 from sessions.models import ToolCall
-from tests.conftest import ROOT, stop
+from tests.conftest import DEMO_ARGS, ROOT, server_processes, stop
 from tests.ws import Playground, session_cookie
 
 pytestmark = [
@@ -97,6 +98,10 @@ def test_a_worker_that_stops_leaves_no_stdio_process_behind(alice, demo_server, 
     settings.CELERY_TASK_DEFAULT_QUEUE = queue
     process = start_worker(queue, "stopping", tmp_path / "stopping.log")
     name = f"{socket.gethostname()}:{process.pid}"
+    # A token on the server's command line finds its host process: inside its sandbox it is pid 2.
+    token = f"stopping-{uuid.uuid4().hex}"
+    demo_server.args = [*DEMO_ARGS, "stdio", "--host", token]
+    demo_server.save(update_fields=["args"])
     try:
         wait_until(lambda: affinity.is_alive(name), 60, "the worker did not report in")
         cookie = session_cookie(alice)
@@ -108,8 +113,9 @@ def test_a_worker_that_stops_leaves_no_stdio_process_behind(alice, demo_server, 
 
         ended = asyncio.run(spawn())
         assert ended["status"] == "succeeded", ended
-        group = ended["result"]["structuredContent"]["server_pid"]
-        assert len(group_members(group)) == 2  # the server and its stubborn child
+        (server_pid,) = server_processes(token)
+        group = os.getpgid(server_pid)  # the sandbox's group: bwrap, the server and its stubborn child
+        assert len(group_members(group)) >= 3
 
         process.terminate()  # Celery's warm shutdown: worker_shutdown closes the pool
         process.wait(30)

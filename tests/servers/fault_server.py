@@ -186,7 +186,9 @@ def call(request_id, name: str, arguments: dict, meta: dict) -> None:
         text_result(request_id, f"{len(TOOLS)} tools")
     elif name == "log_after":
         text_result(request_id, "answered")
-        time.sleep(0.2)  # the answer is in: the line below arrives when no call is in flight
+        # The answer is in: the line below arrives once the portal has ended the call (a wide margin,
+        # for a loaded machine), so no call is in flight to claim it.
+        time.sleep(1.0)
         message = {"level": "warning", "logger": "between", "data": arguments.get("text", "between calls")}
         write({"jsonrpc": "2.0", "method": "notifications/message", "params": message})
     elif name == "prefixed_error":
