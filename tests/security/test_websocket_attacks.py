@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import time
 import uuid
 
@@ -18,7 +17,7 @@ from servers.models import Server
 from sessions import worker
 from sessions.consumers import MAX_DEPTH, MAX_MESSAGE_BYTES, TOO_DEEP
 from sessions.models import ToolCall
-from tests.conftest import DEMO_ARGS, DEMO_COMMAND, ROOT
+from tests.conftest import DEMO_ARGS, DEMO_COMMAND, ROOT, server_processes
 from tests.security.conftest import DaphneSocket
 from tests.ws import Playground, session_cookie
 
@@ -184,19 +183,6 @@ def test_a_page_of_another_port_scheme_or_host_cannot_open_the_socket(alice, set
 # -- a disabled server ---------------------------------------------------------------------------
 
 
-def processes_with(token: str) -> list[int]:
-    """Processes whose command line holds `token` (sandboxed or not, a server's process shows here)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                if token.encode() in handle.read():
-                    found.append(int(pid))
-        except OSError:
-            continue
-    return found
-
-
 @pytest.fixture
 def marked_server(alice):
     """The demo server with a token on its command line, to find its process by; disabled."""
@@ -247,7 +233,7 @@ def test_nothing_reaches_a_disabled_servers_process(alice, marked_server, worker
         "demo is disabled.",
     )
     time.sleep(0.5)  # a process started anyway would be running by now
-    assert processes_with(marked_server.token) == []
+    assert server_processes(marked_server.token) == []
 
     # The same server enabled: the token finds its process, so the check above could fail.
     Server.objects.filter(pk=server).update(enabled=True)
@@ -258,7 +244,7 @@ def test_nothing_reaches_a_disabled_servers_process(alice, marked_server, worker
             return await ws.until("tools", server=server)
 
     assert "echo" in {tool["name"] for tool in run(listed())["tools"]}
-    assert processes_with(marked_server.token) != []
+    assert server_processes(marked_server.token) != []
 
 
 def test_a_server_disabled_after_the_door_is_refused_by_the_worker_too(alice, marked_server):
@@ -290,7 +276,7 @@ def test_a_server_disabled_after_the_door_is_refused_by_the_worker_too(alice, ma
     assert events[1]["ok"] is False
     marked_server.refresh_from_db()
     assert marked_server.last_tested_at is None and marked_server.tools == []  # nothing was tried
-    assert processes_with(marked_server.token) == []
+    assert server_processes(marked_server.token) == []
 
 
 # -- through real Daphne ---------------------------------------------------------------------------
