@@ -127,6 +127,23 @@ function readArguments() {
   return state.form.read();
 }
 
+// The same JSON value, whatever the order of its keys.
+function canonicalJSON(value) {
+  return JSON.stringify(value, (_, v) => (v && typeof v === "object" && !Array.isArray(v)
+    ? Object.fromEntries(Object.keys(v).sort().map((k) => [k, v[k]])) : v));
+}
+
+// What the person has typed so far, errors or not: a form rebuilt for a changed tool starts from it.
+function typedArguments() {
+  try {
+    if (!$("json-mode").checked) return state.form?.value();
+    const value = JSON.parse($("json-arguments").value || "{}");
+    return value && typeof value === "object" && !Array.isArray(value) ? value : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
 $("json-mode").addEventListener("change", (event) => {
   if (event.target.checked) {
     try {
@@ -759,7 +776,9 @@ const socket = connect({
         renderToolList();
         if (state.tool) {
           const fresh = event.tools.find((t) => t.name === state.tool.name);
-          if (fresh && JSON.stringify(fresh) !== JSON.stringify(state.tool)) selectTool(fresh.name);
+          // A changed definition gets a new form, keeping what was typed; the same one (PostgreSQL
+          // returns a stored list with its keys reordered) leaves the form alone.
+          if (fresh && canonicalJSON(fresh) !== canonicalJSON(state.tool)) selectTool(fresh.name, typedArguments());
           else if (fresh) renderDecision(state.tool);
         } else if (pendingTool) {
           selectTool(pendingTool, pendingArguments);

@@ -265,3 +265,68 @@ def test_it_calls_a_tool_from_the_keyboard(page: Page, alice, demo_server):
     expect(call_status(page)).to_contain_text("Succeeded")
     expect(page.locator("#result .text-block")).to_have_text("sent with ctrl+enter")
     assert page.problems == []
+
+
+def hold_tool_lists(page: Page):
+    """Route the page's socket so its `list_tools` messages wait until released: the live list then
+    arrives after the person has typed, deterministically. Returns the release."""
+    held: list[str] = []
+    to_portal = []
+
+    def handler(ws) -> None:
+        server = ws.connect_to_server()
+        to_portal.append(server)
+
+        def from_page(message: str | bytes) -> None:
+            (held.append if '"list_tools"' in str(message) else server.send)(message)
+
+        ws.on_message(from_page)
+
+    page.route_web_socket(re.compile(r"/ws/playground/$"), handler)
+
+    def release() -> None:
+        for message in held:
+            to_portal[-1].send(message)
+        held.clear()
+
+    return release
+
+
+def reversed_keys(value):
+    if isinstance(value, dict):
+        return {key: reversed_keys(value[key]) for key in reversed(list(value))}
+    return [reversed_keys(item) for item in value] if isinstance(value, list) else value
+
+
+def test_the_live_tool_list_keeps_what_was_typed(page: Page, alice, demo_server):
+    """The page opens on the stored list and the worker's live one follows. The same definitions with
+    their keys in another order (PostgreSQL's jsonb keeps them so) leave the form alone; a changed
+    definition gets a new form that keeps what was typed."""
+    log_in(page, "alice", "pw-alice")
+    open_playground(page, demo_server)  # the worker stores the live list
+    demo_server.refresh_from_db()
+    stored = reversed_keys(demo_server.tools)
+    demo_server.tools = stored
+    demo_server.save(update_fields=["tools"])
+    release = hold_tool_lists(page)
+
+    page.goto(f"/playground/?server={demo_server.pk}&tool=echo")
+    message = page.get_by_label("Message")
+    message.fill("typed before the list came")
+    release()
+    expect(page.locator("#tools-status")).to_have_text(re.compile(r"^\d+ tools$"))
+    page.wait_for_timeout(300)  # any re-render follows the status in the same event
+    expect(message).to_have_value("typed before the list came")
+
+    # A changed definition: the stored description is older than the server's.
+    demo_server.tools = [
+        {**tool, "description": "An older description."} if tool["name"] == "echo" else tool for tool in stored
+    ]
+    demo_server.save(update_fields=["tools"])
+    page.goto(f"/playground/?server={demo_server.pk}&tool=echo")
+    expect(page.locator("#tool-description")).to_have_text("An older description.")
+    page.get_by_label("Message").fill("still here")
+    release()
+    expect(page.locator("#tool-description")).to_have_text("Echo back the given message.")
+    expect(page.get_by_label("Message")).to_have_value("still here")
+    assert page.problems == []
