@@ -168,7 +168,14 @@ else:
             },
         }
     }
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    # The prefixes and the queue name let several installations (or test runs) share one Redis.
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": os.environ.get("CACHE_PREFIX", ""),
+        }
+    }
     CELERY_BROKER_URL = REDIS_URL
     # kombu's Redis transport, made to survive a Redis restart (portal/redis_broker.py).
     CELERY_BROKER_TRANSPORT = "portal.redis_broker:Transport"
