@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils.http import urlencode
 
 from portal.celery import app as celery_app
-from sessions.worker import last_heartbeat
+from sessions.affinity import last_heartbeat
 
 
 def home(request: HttpRequest) -> HttpResponse:

@@ -8,12 +8,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from sessions import events
+from sessions.credentials import clear_needs_auth, credential_changed_message
 from sessions.mcp.secrets import SECRET_NAME
 
 from .credential_models import Credential, CredentialKind, OAuthFlow, ServerOAuth
@@ -27,11 +27,9 @@ class CredentialError(ValueError):
 
 
 def _announce_change(server_id: int, owner: str) -> None:
-    from sessions.credentials import WORKERS_GROUP, clear_needs_auth, credential_changed_message
-
     if owner.startswith("user:"):
         clear_needs_auth(server_id, owner)
-    async_to_sync(get_channel_layer().group_send)(WORKERS_GROUP, credential_changed_message(server_id, owner))
+    events.tell_workers(credential_changed_message(server_id, owner))
 
 
 def _owner_filter(user: Any | None, team: Team | None) -> dict[str, Any]:

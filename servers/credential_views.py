@@ -22,6 +22,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from portal.origin import redirect_uri_mismatch
+from sessions import queue
 from sessions.mcp.secrets import referenced_secrets
 
 from . import credential_actions as actions
@@ -275,8 +276,6 @@ def _after(request: HttpRequest, message: dict[str, Any] | None, back: str, serv
 @require_POST
 async def oauth_connect(request: HttpRequest, server_id: int) -> HttpResponse:
     """Start an authorization in a worker; follow it to the server's authorization page."""
-    from sessions import tasks
-
     user = await request.auser()
     back = _safe_next(request, reverse("my_credentials") + f"#server-{server_id}")
     server = await _visible_server(user, server_id)
@@ -291,7 +290,8 @@ async def oauth_connect(request: HttpRequest, server_id: int) -> HttpResponse:
         return redirect(back)
     async with _reply_layer() as layer:
         reply = await layer.new_channel()
-        await database_sync_to_async(tasks.authorize_server.delay)(flow.pk, reply)
+        # Any worker: the flow opens a connection of its own, not a pooled session.
+        await database_sync_to_async(queue.send)("sessions.authorize_server", (flow.pk, reply))
         # Discovery and registration happen before the authorization URL exists.
         answer = await _wait(layer, reply, settings.MCP_CONNECT_TIMEOUT + 15)
     # Rendering reads the session and the user: sync code.

@@ -11,17 +11,15 @@ import secrets
 from datetime import timedelta
 from typing import Any
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from sessions import audit
+from sessions import audit, events
 from sessions.actions import do_withdraw_member_requests
-from sessions.credentials import WORKERS_GROUP, credential_changed_message, owner_of
+from sessions.credentials import credential_changed_message, owner_of
 from sessions.models import AuditKind
 
 from .credential_models import Credential
@@ -274,6 +272,5 @@ def _end_use_of_servers(membership: Membership) -> None:
 def _close_connections(server_ids: list[int], owner: str) -> None:
     """Through the workers' one door for credential changes (sessions/credentials.py): each worker
     closes the connections whose owner may no longer use them."""
-    send = async_to_sync(get_channel_layer().group_send)
     for server_id in server_ids:
-        send(WORKERS_GROUP, credential_changed_message(server_id, owner))
+        events.tell_workers(credential_changed_message(server_id, owner))

@@ -24,7 +24,7 @@ from sessions.mcp.elicitation import validate_answer
 from sessions.mcp.naming import tool_full_name
 from sessions.mcp.schema import validate_arguments
 
-from . import audit
+from . import affinity, audit, events, queue
 from .mcp.errors import Failure
 from .models import (
     Approval,
@@ -46,19 +46,8 @@ class ApprovalError(Exception):
     """An answer the portal will not take; the text goes back to the browser."""
 
 
-def _notify_on_commit(user_id: int, event: dict[str, Any]) -> None:
-    from .worker import user_group  # the worker module imports this one
-
-    def send() -> None:
-        async_to_sync(get_channel_layer().group_send)(user_group(user_id), {"type": "portal.event", "event": event})
-
-    transaction.on_commit(send)
-
-
 def _enqueue_on_commit(call_id: str) -> None:
-    from .tasks import run_tool_call
-
-    transaction.on_commit(lambda: run_tool_call.delay(call_id))
+    transaction.on_commit(lambda: queue.send("sessions.run_tool_call", (call_id,)))
 
 
 # -- starting a call ---------------------------------------------------------------------
@@ -119,9 +108,6 @@ def _start_tool_call(
         return call
     if decision.effect == ASK:
         call.decision = {**call.decision, "effect": "defer", "reason": "The worker decides on the live definition."}
-    from . import affinity
-    from .tasks import run_tool_call
-
     # To the worker that holds this user's session with the server, if one does (sessions/affinity.py);
     # the call records it, so the sweep can send the call elsewhere if that worker dies first.
     call.worker = affinity.route(server, user.pk)
@@ -132,7 +118,7 @@ def _start_tool_call(
             call.save()
     else:
         call.save()
-    transaction.on_commit(lambda: affinity.send(run_tool_call, call.worker, (str(call.id),)))
+    transaction.on_commit(lambda: queue.send("sessions.run_tool_call", (str(call.id),), call.worker))
     return call
 
 
@@ -217,12 +203,10 @@ def _request_approval(
         expires_at=timezone.now() + timedelta(seconds=timeout),
     )
     audit.record_for_call(AuditKind.DECISION, call, decision=decision.as_dict())
-    _notify_on_commit(call.user_id, approval.as_event())
-
-    from .tasks import expire_approval
+    events.publish_on_commit(call.user_id, approval.as_event())
 
     approval_id = str(approval.id)
-    transaction.on_commit(lambda: expire_approval.apply_async((approval_id,), countdown=timeout))
+    transaction.on_commit(lambda: queue.send("sessions.expire_approval", (approval_id,), countdown=timeout))
     return approval
 
 
@@ -290,7 +274,7 @@ def _answer(approval: Approval, answer: str) -> None:
             status=CallStatus.PENDING, decision=allowed
         ):
             _enqueue_on_commit(str(call.id))
-    _notify_on_commit(call.user_id, _ended_event(approval))
+    events.publish_on_commit(call.user_id, _ended_event(approval))
 
 
 def _remember(approval: Approval) -> None:
@@ -336,7 +320,7 @@ def _end_waiting_call(call: ToolCall, status: str, error: str, kind: str) -> Non
     if ended:
         call.refresh_from_db()
         audit.record_for_call(AuditKind.CALL, call, error=error)
-        _notify_on_commit(call.user_id, {"type": "call.ended", **call.as_event()})
+        events.publish_on_commit(call.user_id, {"type": "call.ended", **call.as_event()})
 
 
 def _expire(approval: Approval) -> None:
@@ -351,7 +335,7 @@ def _expire(approval: Approval) -> None:
     _end_waiting_call(
         call, CallStatus.TIMED_OUT, f"Nobody answered the approval within {timeout:g} s.", "approval_timeout"
     )
-    _notify_on_commit(call.user_id, _ended_event(approval))
+    events.publish_on_commit(call.user_id, _ended_event(approval))
 
 
 @transaction.atomic
@@ -387,7 +371,7 @@ def do_withdraw_member_requests(user_id: int, server_ids: list[int], reason: str
         )
         approval.state = ApprovalState.DECLINED
         _end_waiting_call(approval.call, CallStatus.REJECTED, reason, "membership_ended")
-        _notify_on_commit(user_id, _ended_event(approval))
+        events.publish_on_commit(user_id, _ended_event(approval))
     forms = Elicitation.objects.select_related("call").filter(
         state=ElicitationState.PENDING, call__user_id=user_id, call__server_id__in=server_ids
     )
@@ -506,7 +490,7 @@ def do_end_orphaned_call(call_id: Any, worker: str) -> ToolCall | None:
             return None
         call = ToolCall.objects.select_related("server", "user").get(pk=call_id)
         audit.record_for_call(AuditKind.CALL, call, error=reason)
-        _notify_on_commit(call.user_id, {"type": "call.ended", **call.as_event()})
+        events.publish_on_commit(call.user_id, {"type": "call.ended", **call.as_event()})
     return call
 
 
@@ -634,7 +618,7 @@ def do_interrupt_approvals() -> int:
             decision = {**approval.decision, "effect": "interrupted"}
             audit.record_for_call(AuditKind.APPROVAL, approval.call, decision=decision, outcome=CallStatus.INTERRUPTED)
             _end_waiting_call(approval.call, CallStatus.INTERRUPTED, NOT_ASKED_REASON, "interrupted")
-            _notify_on_commit(approval.call.user_id, _ended_event(approval))
+            events.publish_on_commit(approval.call.user_id, _ended_event(approval))
             ended += 1
     return ended
 

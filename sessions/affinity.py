@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 WORKER_NAME = f"{socket.gethostname()}:{os.getpid()}"
 HEARTBEAT_PREFIX = "portal:worker-alive:"
 SESSION_PREFIX = "portal:session-worker:"
+# The last heartbeat of any worker, for /healthz (written by sessions/worker.py's heartbeat thread).
+HEARTBEAT_KEY = "portal:worker-heartbeat"
 
 
 def shared_queue() -> str:
@@ -43,6 +45,10 @@ def heartbeat_ttl() -> int:
 
 def beat(name: str = WORKER_NAME) -> None:
     cache.set(HEARTBEAT_PREFIX + name, True, timeout=heartbeat_ttl())
+
+
+def last_heartbeat() -> dict[str, Any] | None:
+    return cache.get(HEARTBEAT_KEY)
 
 
 def is_alive(name: str) -> bool:
@@ -94,15 +100,3 @@ def route(server: Any, user_id: int) -> str:
     except Exception:  # noqa: BLE001 - a cache outage costs affinity, not the call
         log.warning("affinity lookup failed; using the shared queue", exc_info=True)
         return ""
-
-
-def send(task: Any, worker: str, args: tuple[Any, ...]) -> str:
-    """Enqueue `task(*args)` on `worker`'s own queue ("" for the shared queue); returns the queue used.
-
-    A task sent to a worker that dies before running it is not lost: calls record the worker they
-    were routed to, and the other workers' sweep sends them again to the shared queue
-    (sessions/worker.py, Sweeper). Claiming a call is a compare-and-set, so a copy runs at most once.
-    """
-    queue = own_queue(worker) if worker else shared_queue()
-    task.apply_async(args, queue=queue)
-    return queue

@@ -12,10 +12,10 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from servers.models import Server, ServerUnusable, usable_server
 
-from . import actions, affinity, limits, live, tasks
+from . import actions, limits, live, queue
+from .events import user_group
 from .mcp.elicitation import validate_answer
 from .models import CallStatus, Elicitation, ElicitationState, SamplingRequest, SamplingState, ToolCall
-from .worker import user_group
 
 logger = logging.getLogger(__name__)
 
@@ -180,9 +180,7 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
         for server_id, uri in getattr(self, "subscriptions", ()):
-            await database_sync_to_async(tasks.unsubscribe_resource.delay)(
-                server_id, self.user.pk, uri, self.channel_name
-            )
+            await self._to_session("sessions.unsubscribe_resource", server_id, uri, self.channel_name)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         # Every message is untrusted: anything malformed gets an error reply, never a closed socket.
@@ -267,14 +265,14 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
     async def on_list_tools(self, content: dict[str, Any], ref: Any) -> None:
         refresh = _flag(content, "refresh")
         server = await self._usable_server(content)
-        await database_sync_to_async(self._send_list_tools)(server, refresh)
+        await self._to_session("sessions.list_tools", server, refresh)
 
     async def on_test_connection(self, content: dict[str, Any], ref: Any) -> None:
         server_id = _server_id(content)
         if not await self._can_administer(server_id):
             raise MessageError("Only the team's admins can test its servers.")
         await self._usable_server(content)
-        await database_sync_to_async(tasks.test_connection.delay)(server_id, self.user.pk)
+        await self._to_session("sessions.test_connection", server_id)
 
     async def on_cancel_call(self, content: dict[str, Any], ref: Any) -> None:
         call_id = _text(content, "call", 64)
@@ -314,48 +312,45 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
     # -- resources, prompts, completions: checked here, answered by a worker -----------------
 
     async def on_list_resources(self, content: dict[str, Any], ref: Any) -> None:
-        server_id = (await self._usable_server(content)).pk
-        await database_sync_to_async(tasks.list_resources.delay)(server_id, self.user.pk, ref)
+        server = await self._usable_server(content)
+        await self._to_session("sessions.list_resources", server, ref)
 
     async def on_read_resource(self, content: dict[str, Any], ref: Any) -> None:
-        server_id = (await self._usable_server(content)).pk
+        server = await self._usable_server(content)
         uri = _text(content, "uri", MAX_URI)
-        await database_sync_to_async(tasks.read_resource.delay)(server_id, self.user.pk, uri, ref)
+        await self._to_session("sessions.read_resource", server, uri, ref)
 
     async def on_subscribe_resource(self, content: dict[str, Any], ref: Any) -> None:
-        server_id = (await self._usable_server(content)).pk
+        server = await self._usable_server(content)
+        server_id = server.pk
         uri = _text(content, "uri", MAX_URI)
         if (server_id, uri) not in self.subscriptions and len(self.subscriptions) >= MAX_SUBSCRIPTIONS:
             raise MessageError(f"A page may hold at most {MAX_SUBSCRIPTIONS} subscriptions.")
         # Asking again is harmless (the pool keeps a set of subscribers per URI), and retries one that failed.
         self.subscriptions.add((server_id, uri))
-        await database_sync_to_async(tasks.subscribe_resource.delay)(
-            server_id, self.user.pk, uri, self.channel_name, ref
-        )
+        await self._to_session("sessions.subscribe_resource", server, uri, self.channel_name, ref)
 
     async def on_unsubscribe_resource(self, content: dict[str, Any], ref: Any) -> None:
         server_id = _server_id(content)
         uri = _text(content, "uri", MAX_URI)
         if (server_id, uri) in self.subscriptions:
             self.subscriptions.discard((server_id, uri))
-            await database_sync_to_async(tasks.unsubscribe_resource.delay)(
-                server_id, self.user.pk, uri, self.channel_name, ref
-            )
+            await self._to_session("sessions.unsubscribe_resource", server_id, uri, self.channel_name, ref)
         else:
             await self.send_json({"type": "resource.unsubscribed", "ref": ref, "server": server_id, "uri": uri})
 
     async def on_list_prompts(self, content: dict[str, Any], ref: Any) -> None:
-        server_id = (await self._usable_server(content)).pk
-        await database_sync_to_async(tasks.list_prompts.delay)(server_id, self.user.pk, ref)
+        server = await self._usable_server(content)
+        await self._to_session("sessions.list_prompts", server, ref)
 
     async def on_get_prompt(self, content: dict[str, Any], ref: Any) -> None:
-        server_id = (await self._usable_server(content)).pk
+        server = await self._usable_server(content)
         name = _text(content, "name", 200)
         arguments = _strings(content, "arguments")
-        await database_sync_to_async(tasks.get_prompt.delay)(server_id, self.user.pk, name, arguments, ref)
+        await self._to_session("sessions.get_prompt", server, name, arguments, ref)
 
     async def on_complete(self, content: dict[str, Any], ref: Any) -> None:
-        server_id = (await self._usable_server(content)).pk
+        server = await self._usable_server(content)
         if ("prompt" in content) == ("template" in content):
             raise MessageError("Say what to complete: a 'prompt' name or a resource 'template'.")
         target = {"prompt": _text(content, "prompt", 200)} if "prompt" in content else {}
@@ -363,9 +358,7 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         argument = _text(content, "argument", 200)
         value = _text(content, "value", 10_000, required=False)
         context = _strings(content, "context", limit=10_000)
-        await database_sync_to_async(tasks.complete.delay)(
-            server_id, self.user.pk, target, argument, value, context, ref
-        )
+        await self._to_session("sessions.complete", server, target, argument, value, context, ref)
 
     async def on_list_approvals(self, content: dict[str, Any], ref: Any) -> None:
         # The playground asks on every (re)connect, so a reload never loses a waiting approval.
@@ -461,9 +454,18 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
     def _pending_approvals(self) -> list[dict[str, Any]]:
         return [approval.as_event() for approval in actions.do_list_pending_approvals(self.user)]
 
-    def _send_list_tools(self, server: Server, refresh: bool) -> None:
-        # To the worker holding this user's session, so listing does not open a second one elsewhere.
-        affinity.send(tasks.list_tools, affinity.route(server, self.user.pk), (server.pk, self.user.pk, refresh))
+    @database_sync_to_async
+    def _to_session(self, task: str, server: Server | int, *args: Any) -> None:
+        """To the worker holding this person's session with the server (sessions/queue.py), so that
+        nothing opens a second connection elsewhere and an unsubscribe reaches its subscription.
+        By id for a server that may be gone or disabled since (giving a subscription back)."""
+        if isinstance(server, int):
+            found = Server.objects.filter(pk=server).first()
+            if found is None:
+                queue.send(task, (server, self.user.pk, *args))
+                return
+            server = found
+        queue.to_session(task, server, self.user.pk, *args)
 
     async def _usable_server(self, content: dict[str, Any]) -> Server:
         """The message's server, by the one check of every way of using a server (servers/models.py)."""

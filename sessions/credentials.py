@@ -26,10 +26,12 @@ from servers.crypto import CredentialUnreadable
 from servers.models import Membership, Server
 from servers.roles import TeamAction, roles_that_may
 
+from . import events
 from .mcp.config import ConnectionKey, ServerConfig
 from .mcp.errors import Failure
 from .mcp.pool import CallOutcome
 from .mcp.secrets import Scrubber, referenced_secrets, remember
+from .oauth import attach_provider
 
 log = logging.getLogger(__name__)
 
@@ -169,8 +171,6 @@ def prepare(server: Server, user_id: int, with_oauth: bool = True, connecting: b
     config = dataclasses.replace(base, secrets=secrets)
     if with_oauth and not server.shared:
         # OAuth tokens are a person's: a session shared by the team never carries one.
-        from .oauth import attach_provider
-
         config = attach_provider(config, server, user_id, rows)
     return Prepared(config, key, revision=current)
 
@@ -213,7 +213,6 @@ def settle(server: Server, user_id: int, prepared: Prepared, outcome: CallOutcom
 
 # -- telling every worker that credentials changed --------------------------------------------------
 
-WORKERS_GROUP = "portal.workers"
 EVERYONE = "*"
 
 
@@ -235,7 +234,7 @@ async def listen_for_changes(pool: Any) -> None:
     while True:
         try:
             # Re-joined now and then: channel-layer groups forget members after a day.
-            await layer.group_add(WORKERS_GROUP, channel)
+            await layer.group_add(events.WORKERS_GROUP, channel)
             message = await asyncio.wait_for(layer.receive(channel), 3600)
         except TimeoutError:
             continue

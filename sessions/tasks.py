@@ -11,7 +11,7 @@ from celery.signals import (
 )
 from django.db import close_old_connections
 
-from . import actions, affinity, credentials, oauth, worker
+from . import actions, affinity, credentials, oauth_flow, worker
 
 
 @shared_task(name="sessions.run_tool_call")
@@ -76,7 +76,7 @@ def unsubscribe_resource(server_id: int, user_id: int, uri: str, subscriber: str
 
 @shared_task(name="sessions.authorize_server")
 def authorize_server(flow_id: int, reply_channel: str) -> None:
-    oauth.start_authorization(flow_id, reply_channel)
+    oauth_flow.start_authorization(flow_id, reply_channel)
 
 
 @worker_init.connect

@@ -34,8 +34,8 @@ from servers import actions as server_actions
 from servers.models import Membership, Server, ServerUnusable, check_usable, usable_server
 from servers.permissions import describe_tools
 
-from . import actions, affinity, credentials, live
-from .affinity import WORKER_NAME
+from . import actions, affinity, credentials, events, live, queue
+from .affinity import HEARTBEAT_KEY, WORKER_NAME
 from .mcp.config import ConnectionKey, Negotiated, ServerConfig
 from .mcp.elicitation import defaults
 from .mcp.errors import ConnectionFailed, Failure
@@ -60,7 +60,6 @@ _interrupting = threading.Event()
 _in_flight: set[asyncio.Task[Any]] = set()
 _interrupted: set[asyncio.Task[Any]] = set()
 _heartbeat: threading.Thread | None = None
-HEARTBEAT_KEY = "portal:worker-heartbeat"
 
 
 def get_pool() -> ConnectionPool:
@@ -158,27 +157,6 @@ def shutdown_pool() -> None:
         log.warning("could not clear the connection statuses of %s: %s", WORKER_NAME, exc)
 
 
-def user_group(user_id: int) -> str:
-    return f"user.{user_id}"
-
-
-async def _publish(user_id: int, event: dict[str, Any]) -> None:
-    """Best effort: the record in the database is the truth, an event only news of it.
-
-    A channel layer that lost its Redis (a restart) fails the first send on each stale pooled
-    connection; one more try gets a fresh one. If that fails too, the event is dropped (logged):
-    a page that missed it finds the call's end in the history, and a call never fails for it.
-    """
-    message = {"type": "portal.event", "event": event}
-    for attempt in (1, 2):
-        try:
-            await get_channel_layer().group_send(user_group(user_id), message)
-            return
-        except Exception:  # noqa: BLE001 - see above
-            if attempt == 2:
-                log.warning("could not send a %s event to user %s", event.get("type"), user_id, exc_info=True)
-
-
 def owner_user_ids(owner: str) -> list[int]:
     """The people who see a connection: its user, or every member of the team sharing it."""
     kind, _, ident = owner.partition(":")
@@ -247,7 +225,7 @@ class WorkerEvents(PoolEvents):
             )
             if event is not None:
                 for user_id in await database_sync_to_async(owner_user_ids)(key.owner):
-                    await _publish(user_id, event)
+                    await events.publish(user_id, event)
 
         self._later(record)
 
@@ -255,7 +233,7 @@ class WorkerEvents(PoolEvents):
         async def tell() -> None:
             # Open playgrounds and server pages list the tools again when they hear this.
             for user_id in await database_sync_to_async(owner_user_ids)(key.owner):
-                await _publish(user_id, {"type": "tools.changed", "server": key.server_id})
+                await events.publish(user_id, {"type": "tools.changed", "server": key.server_id})
 
         self._later(tell)
 
@@ -271,7 +249,7 @@ class WorkerEvents(PoolEvents):
         async def tell() -> None:
             await database_sync_to_async(live.remember_server_log)(key.server_id, key.owner, line)
             for user_id in await database_sync_to_async(owner_user_ids)(key.owner):
-                await _publish(user_id, {"type": "server.log", "server": key.server_id, **line})
+                await events.publish(user_id, {"type": "server.log", "server": key.server_id, **line})
 
         self._later(tell)
 
@@ -283,7 +261,7 @@ class WorkerEvents(PoolEvents):
 
 
 def publish(user_id: int, event: dict[str, Any]) -> None:
-    get_pool().run(_publish(user_id, event), timeout=10)
+    get_pool().run(events.publish(user_id, event), timeout=10)
 
 
 # -- tool calls ------------------------------------------------------------------------
@@ -485,37 +463,37 @@ def _call_prepared(
     backstop = config.connect_timeout + config.request_timeout + 30
 
     started = time.monotonic()
-    events, log_events = EventBudget(), EventBudget()
+    progress_budget, log_budget = EventBudget(), EventBudget()
     skipped_logs = 0
 
     async def on_progress(value: float, total: float | None, message: str | None) -> None:
         if progress is not None and len(progress) < MAX_RECORDED_PROGRESS:
             at_ms = round((time.monotonic() - started) * 1000, 1)
             progress.append({"progress": value, "total": total, "message": message, "at_ms": at_ms})
-        if not events.take(final=total is not None and value >= total):
+        if not progress_budget.take(final=total is not None and value >= total):
             return
         live.remember_progress(call_id, value, total, message)  # for a page that opens later
-        await _publish(
+        await events.publish(
             user_id,
             {"type": "call.progress", "call": call_id, "progress": value, "total": total, "message": message},
         )
 
     async def on_log(level: str, logger: str | None, data: Any) -> None:
         nonlocal skipped_logs
-        if not log_events.take():
+        if not log_budget.take():
             skipped_logs += 1
             return
         event = {"type": "call.log", "call": call_id, "level": level, "logger": logger, "data": data}
         if skipped_logs:
             event["skipped"], skipped_logs = skipped_logs, 0
-        await _publish(user_id, event)
+        await events.publish(user_id, event)
 
     async def listed() -> list[dict[str, Any]]:
         # The page hears "started" while the tool list comes (from the warm connection's memory, or listed).
         started_event = {"type": "call.started", "call": call_id, "worker": WORKER_NAME}
         # Both finish before anything else is sent, so "started" can never overtake a quick "ended".
         both = await asyncio.gather(
-            _publish(user_id, started_event), pool.list_tools(key, config), return_exceptions=True
+            events.publish(user_id, started_event), pool.list_tools(key, config), return_exceptions=True
         )
         if isinstance(both[1], BaseException):
             raise both[1]
@@ -662,7 +640,9 @@ async def _converse(
             # A team admin's automatic answer (docs/websocket-protocol.md): nobody is asked.
             given, reply = hooked
             auto = {"type": "elicitation.auto_answered", "call": call_id, "elicitation": str(given.id)}
-            await _publish(user_id, {**auto, "message": message, "action": reply["action"], "hook": given.hook_id})
+            await events.publish(
+                user_id, {**auto, "message": message, "action": reply["action"], "hook": given.hook_id}
+            )
             return reply
         nonlocal asked
         asked = True
@@ -671,14 +651,14 @@ async def _converse(
         answer: asyncio.Future[dict[str, Any]] = loop.create_future()
         waiting[eid] = answer
         request = {"type": "elicitation.requested", "call": call_id, "elicitation": eid, "mode": "form"}
-        await _publish(user_id, {**request, "message": message, "schema": schema, "defaults": defaults(schema)})
+        await events.publish(user_id, {**request, "message": message, "schema": schema, "defaults": defaults(schema)})
         try:
             return await asyncio.wait_for(answer, seconds_to_answer)
         except TimeoutError:
             # Nobody answered in time: the server hears "cancel" and the form closes in the browser.
             if await database_sync_to_async(actions.do_answer_elicitation)(eid, ElicitationState.TIMED_OUT):
                 ended = {"type": "elicitation.ended", "call": call_id, "elicitation": eid, "state": "timed_out"}
-                await _publish(user_id, ended)
+                await events.publish(user_id, ended)
             return {"action": "cancel"}
         finally:
             waiting.pop(eid, None)
@@ -695,13 +675,13 @@ async def _converse(
         answer: asyncio.Future[dict[str, Any]] = loop.create_future()
         waiting[eid] = answer
         request = {"type": "elicitation.requested", "call": call_id, "elicitation": eid, "mode": "url"}
-        await _publish(user_id, {**request, "message": message, "url": url, "elicitation_id": elicitation_id})
+        await events.publish(user_id, {**request, "message": message, "url": url, "elicitation_id": elicitation_id})
         try:
             return await asyncio.wait_for(answer, seconds_to_answer)
         except TimeoutError:
             if await database_sync_to_async(actions.do_answer_elicitation)(eid, ElicitationState.TIMED_OUT):
                 ended = {"type": "elicitation.ended", "call": call_id, "elicitation": eid, "state": "timed_out"}
-                await _publish(user_id, ended)
+                await events.publish(user_id, ended)
             return {"action": "cancel"}
         finally:
             waiting.pop(eid, None)
@@ -709,7 +689,7 @@ async def _converse(
     async def on_elicit_done(elicitation_id: str) -> None:
         # The server heard back from the page it sent the person to (handshake era only).
         done = {"type": "elicitation.completed", "call": call_id, "elicitation_id": elicitation_id}
-        await _publish(user_id, done)
+        await events.publish(user_id, done)
 
     async def on_sample(params: dict[str, Any], request_id: str) -> dict[str, Any]:
         nonlocal asked
@@ -718,12 +698,14 @@ async def _converse(
         sid = str(row.id)
         answer: asyncio.Future[dict[str, Any]] = loop.create_future()
         waiting[sid] = answer
-        await _publish(user_id, {"type": "sampling.requested", "call": call_id, "sampling": sid, "request": params})
+        await events.publish(
+            user_id, {"type": "sampling.requested", "call": call_id, "sampling": sid, "request": params}
+        )
         try:
             return await asyncio.wait_for(answer, seconds_to_answer)
         except TimeoutError:
             if await database_sync_to_async(actions.do_answer_sampling)(sid, SamplingState.TIMED_OUT):
-                await _publish(
+                await events.publish(
                     user_id, {"type": "sampling.ended", "call": call_id, "sampling": sid, "state": "timed_out"}
                 )
             return {"action": "decline"}
@@ -784,7 +766,7 @@ async def _converse(
         state = ElicitationState.INTERRUPTED if _interrupting.is_set() else ElicitationState.CANCELLED
         closed = await database_sync_to_async(actions.do_close_elicitations)(call_id, state) if asked else []
         for kind, rid in closed:
-            await _publish(user_id, {"type": f"{kind}.ended", "call": call_id, kind: rid, "state": str(state)})
+            await events.publish(user_id, {"type": f"{kind}.ended", "call": call_id, kind: rid, "state": str(state)})
 
 
 # -- listing and testing -----------------------------------------------------------------
@@ -961,7 +943,7 @@ def execute_subscribe_resource(server_id: int, user_id: int, uri: str, subscribe
         async def on_update(updated_uri: str, event: str, message: str) -> None:
             updated_uri, message = scrub((updated_uri, message))
             news = {"type": f"resource.{event}", "server": server_id, "uri": updated_uri}
-            await _publish(user_id, {**news, "message": message} if message else news)
+            await events.publish(user_id, {**news, "message": message} if message else news)
 
         await pool.subscribe_resource(key, config, uri, on_update, subscriber)
         return {}
@@ -1082,14 +1064,8 @@ class Sweeper:
         return done
 
     def _resend(self, call_id: str, now: float) -> None:
-        from .tasks import run_tool_call
-
         self.resent[call_id] = now
-        run_tool_call.apply_async((call_id,), queue=affinity.shared_queue())
-
-
-def last_heartbeat() -> dict[str, Any] | None:
-    return cache.get(HEARTBEAT_KEY)
+        queue.send("sessions.run_tool_call", (call_id,))
 
 
 def forget_gone_local_workers() -> int:

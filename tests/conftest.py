@@ -317,7 +317,7 @@ def fault_server(alice):
 
 
 def _wait_for_heartbeat(timeout: float, process: subprocess.Popen | None = None) -> None:
-    from sessions.worker import last_heartbeat
+    from sessions.affinity import last_heartbeat
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -335,7 +335,7 @@ def worker(django_db_setup, django_db_blocker) -> Iterator[dict]:
     from django.db import connection
 
     from portal.celery import app
-    from sessions.worker import HEARTBEAT_KEY
+    from sessions.affinity import HEARTBEAT_KEY
 
     with django_db_blocker.unblock():
         cache.delete(HEARTBEAT_KEY)

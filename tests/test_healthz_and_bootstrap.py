@@ -11,7 +11,7 @@ from django.core.cache import cache
 from django.core.management import call_command
 
 from servers.models import Membership, Server
-from sessions.worker import HEARTBEAT_KEY
+from sessions.affinity import HEARTBEAT_KEY
 
 
 @pytest.mark.django_db(transaction=True)
