@@ -20,6 +20,7 @@ log = logging.getLogger(__name__)
 
 def start_worker(concurrency: int | None = None, hostname: str = "embedded@%h"):
     """Start a Celery worker on a thread pool, in a daemon thread; returns the WorkController."""
+    # The worker (and with it the MCP SDK) loads only when this process is also the worker.
     from sessions.worker import forget_gone_local_workers
 
     try:
@@ -49,6 +50,7 @@ def stop_worker(worker) -> None:
     Python first waits for every thread pool's threads (a call's waits on a form among them) and
     shuts the executors the pool loop's database work needs. Called again at exit, it does nothing.
     """
+    # Loaded with the worker it stops (see start_worker).
     from sessions.actions import do_interrupt_approvals
     from sessions.worker import interrupt_calls, shutdown_pool
 

@@ -191,6 +191,7 @@ def do_give_superuser_a_team(user: Any) -> Membership | None:
 
 
 def _audit_policy(by: Any, team: Team, rule: PermissionRule | None, outcome: str, **fields: Any) -> None:
+    # The audit log is the sessions app's; its models load after this app's.
     from sessions import audit
     from sessions.models import AuditKind
 

@@ -13,7 +13,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from sessions import events
-from sessions.credentials import clear_needs_auth, credential_changed_message
+from sessions.connection_needs import clear_needs_auth, credential_changed_message
 from sessions.mcp.secrets import SECRET_NAME
 
 from .credential_models import Credential, CredentialKind, OAuthFlow, ServerOAuth

@@ -23,6 +23,7 @@ from django.views.decorators.http import require_POST
 
 from portal.origin import redirect_uri_mismatch
 from sessions import queue
+from sessions.connection_needs import known_needs_auth, owner_of, revision
 from sessions.mcp.secrets import referenced_secrets
 
 from . import credential_actions as actions
@@ -65,8 +66,6 @@ def server_uses_oauth(server: Server, rows: list[Credential], needs_auth: dict[s
 
 def server_needs(server: Server, user: Any, rows: list[Credential]) -> dict[str, Any]:
     """What this user must still provide for a server, from rows already loaded (nothing decrypted)."""
-    from sessions.credentials import known_needs_auth, owner_of, revision
-
     mine = [r for r in rows if r.user_id == user.pk]
     team = [r for r in rows if r.team_id is not None]
     names = sorted(referenced_secrets(server.to_config()))
@@ -232,6 +231,7 @@ async def _reply_layer() -> AsyncIterator[Any]:
     """
     from channels.layers import channel_layers
 
+    # The embedded layer is only this mode's.
     from portal.channel_layer import EmbeddedChannelLayer
 
     shared = get_channel_layer()

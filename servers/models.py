@@ -262,6 +262,7 @@ class Server(models.Model):
     def placeholders(self) -> list[str]:
         """The placeholders in its settings that connecting will not fill in (not exposed to servers,
         not set, or not a placeholder the portal knows): what it still needs."""
+        # mcp_json imports these models.
         from .mcp_json import placeholder_report
 
         fields = [self.command, self.args, self.env, self.cwd, self.url, self.headers]

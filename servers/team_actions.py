@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from sessions import audit, events
 from sessions.actions import do_withdraw_member_requests
-from sessions.credentials import credential_changed_message, owner_of
+from sessions.connection_needs import credential_changed_message, owner_of
 from sessions.models import AuditKind
 
 from .credential_models import Credential

@@ -10,14 +10,11 @@ never leave this process except to the MCP server itself.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from django.conf import settings
-from django.core.cache import cache
 from django.db.models import Q
 from django.urls import reverse
 
@@ -27,6 +24,13 @@ from servers.models import Membership, Server
 from servers.roles import TeamAction, roles_that_may
 
 from . import events
+from .connection_needs import (
+    EVERYONE,
+    known_needs_auth,
+    mark_needs_auth,
+    owner_of,
+    revision,
+)
 from .mcp.config import ConnectionKey, ServerConfig
 from .mcp.errors import Failure
 from .mcp.pool import CallOutcome
@@ -36,10 +40,6 @@ from .oauth import attach_provider
 log = logging.getLogger(__name__)
 
 NEEDS_AUTH = "needs_auth"
-
-
-def owner_of(user_id: int) -> str:
-    return f"user:{user_id}"
 
 
 def connect_url(server_id: int) -> str:
@@ -80,36 +80,6 @@ def pick(rows: list[Credential], kind: str, name: str = "") -> Credential | None
     own = [r for r in rows if r.kind == kind and r.name == name and r.user_id is not None]
     shared = [r for r in rows if r.kind == kind and r.name == name and r.team_id is not None]
     return (own or shared or [None])[0]
-
-
-def revision(rows: list[Credential]) -> str:
-    """Changes when a person sets, replaces or removes a credential, not when a token refreshes."""
-    marks = sorted(f"{row.pk}.{row.generation}" for row in rows)
-    return hashlib.sha256(",".join(marks).encode()).hexdigest()[:12]
-
-
-# -- the needs-auth cache (per user and server) ---------------------------------------------------
-
-
-def _needs_auth_key(server_id: int, owner: str) -> str:
-    return f"portal:needs-auth:{server_id}:{owner}"
-
-
-def mark_needs_auth(server_id: int, owner: str, message: str, revision: str) -> None:
-    entry = {"message": message, "revision": revision}
-    cache.set(_needs_auth_key(server_id, owner), entry, timeout=settings.PORTAL_NEEDS_AUTH_SECONDS)
-
-
-def clear_needs_auth(server_id: int, owner: str) -> None:
-    cache.delete(_needs_auth_key(server_id, owner))
-
-
-def known_needs_auth(server_id: int, owner: str, revision: str | None = None) -> dict[str, Any] | None:
-    """The cached "needs your authorization", unless the credentials changed since (the user connected)."""
-    entry = cache.get(_needs_auth_key(server_id, owner))
-    if entry is None or (revision is not None and entry.get("revision") != revision):
-        return None
-    return entry
 
 
 # -- preparing a connection --------------------------------------------------------------------
@@ -212,13 +182,6 @@ def settle(server: Server, user_id: int, prepared: Prepared, outcome: CallOutcom
 
 
 # -- telling every worker that credentials changed --------------------------------------------------
-
-EVERYONE = "*"
-
-
-def credential_changed_message(server_id: int, owner: str) -> dict[str, Any]:
-    """For group_send to WORKERS_GROUP: close the connections that used the old credential."""
-    return {"type": "credential.changed", "server": server_id, "owner": owner}
 
 
 async def listen_for_changes(pool: Any) -> None:

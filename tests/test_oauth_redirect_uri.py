@@ -19,7 +19,7 @@ from django.test import Client
 from mcp.shared.auth import OAuthClientInformationFull
 
 from servers.credential_models import Credential
-from sessions.credentials import clear_needs_auth, owner_of
+from sessions.connection_needs import clear_needs_auth, owner_of
 from sessions.oauth import CredentialRowStore
 from tests.conftest import ROOT, free_port, stop, wait_for_port
 from tests.oauth_helpers import approve, authorization_url, connect, control, stats

@@ -24,12 +24,14 @@ class Command(BaseCommand):
         from daphne.endpoints import build_endpoint_description_strings
         from daphne.server import Server
 
+        # After the settings: loading the ASGI app loads the URLconf and the apps.
         from portal.asgi import application
 
         # Before the worker starts: its OAuth flows register the redirect URI made from SITE_URL.
         serve_at(host, port)
         worker = None
         if settings.EMBEDDED and not no_worker:
+            # Only the embedded mode loads the worker into this process.
             from portal.embedded import start_worker
 
             worker = start_worker()
@@ -50,6 +52,7 @@ class Command(BaseCommand):
 
     def _stop(self, worker) -> None:
         """End what is in flight (interrupted), then the worker: a few seconds at most (docs/deployment.md)."""
+        # Loaded with the worker (see above).
         from portal.embedded import stop_worker
 
         def at_once(signum, _frame) -> None:
