@@ -251,7 +251,8 @@ STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "static"
 PORTAL_SERVE_STATIC = envbool("PORTAL_SERVE_STATIC", True)
 
-# MCP connections (the seeds' constants)
+# MCP connections. The handshake timeout (30 s) and the batch sizes (3 local, 20 remote) are
+# Claude Code's MCP client defaults.
 MCP_CONNECT_TIMEOUT = envfloat("MCP_CONNECT_TIMEOUT", 30.0)
 MCP_REQUEST_TIMEOUT = envfloat("MCP_REQUEST_TIMEOUT", 60.0)
 MCP_SERVER_CONNECTION_BATCH_SIZE = envint("MCP_SERVER_CONNECTION_BATCH_SIZE", 3)

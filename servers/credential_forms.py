@@ -41,7 +41,7 @@ class OAuthSettingsForm(forms.ModelForm):
 
     def clean_metadata_url(self) -> str:
         url = self.cleaned_data["metadata_url"].strip()
-        # The seeds' rule: a configured metadata URL bypasses discovery, so it must come over TLS.
+        # As in Claude Code: a configured metadata URL bypasses discovery, so it must come over TLS.
         if url and urlparse(url).scheme != "https":
             raise ValidationError("The authorization server metadata URL must be https://.")
         return url

@@ -232,7 +232,7 @@ def definition_diff(before: Mapping[str, Any] | None, after: Mapping[str, Any]) 
     return "\n".join(difflib.unified_diff(lines(before), lines(after), "approved", "now", lineterm=""))
 
 
-# -- classification for display (the seeds' classifyMcpToolForCollapse) -----------------------
+# -- classification for display (search / read / write, as Claude Code folds results) ---------
 
 SEARCH_TOOLS = frozenset(
     {

@@ -345,7 +345,7 @@ def _finish_durably(call_id: str, call: ToolCall, ending: dict[str, Any]) -> Too
 
 
 def _truncated(outcome: CallOutcome) -> tuple[dict[str, Any] | None, bytes | None]:
-    """The result as recorded and shown, cut as the seeds cut it; and the whole output, size-capped,
+    """The result as recorded and shown, cut as Claude Code cuts it; and the whole output, size-capped,
     for the owner to download when anything was cut."""
     if outcome.result is None:
         return None, None

@@ -390,7 +390,7 @@ function renderOutcome(event) {
     // A tool's error is read, not folded away under "Read-only result".
     out.append(renderResult(event.result));
   } else {
-    // Search and read results can be long and are rarely the point: they fold away (the seeds' collapse).
+    // Search and read results can be long and are rarely the point: they fold away, as Claude Code folds them.
     out.append(h("details", { class: "result-fold", open: true },
       h("summary", { text: `${state.callClass === "search" ? "Search" : "Read-only"} result (click to fold)` }),
       renderResult(event.result)));

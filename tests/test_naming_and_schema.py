@@ -4,7 +4,7 @@ from sessions.mcp.naming import is_valid_name, normalize_name, summarize_descrip
 from sessions.mcp.schema import validate_arguments
 
 
-def test_names_normalize_as_the_seeds_do():
+def test_names_normalize_as_in_claude_code():
     assert normalize_name("my server.v2") == "my_server_v2"
     assert tool_full_name("GitHub Enterprise", "create-issue") == "mcp__GitHub_Enterprise__create-issue"
     assert is_valid_name("ok_name-1") and is_valid_name("needs normalizing")

@@ -20,7 +20,7 @@ from sessions.mcp.auth import _issuer_for_metadata_url, normalize_oauth_error_bo
         (502, b"<html>bad gateway</html>", (502, None)),
     ],
 )
-def test_refresh_errors_are_normalized_like_the_seeds(status, body, expected):
+def test_refresh_errors_are_normalized_as_in_claude_code(status, body, expected):
     assert normalize_oauth_error_body(status, body) == expected
 
 

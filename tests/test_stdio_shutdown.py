@@ -1,4 +1,4 @@
-"""stdio servers stop as the seeds' client stops them: stdin, SIGINT, SIGTERM, SIGKILL, the whole group, no zombie."""
+"""stdio servers stop as Claude Code's MCP client stops them: stdin, SIGINT, SIGTERM, SIGKILL, the whole group, no zombie."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ What this adds to the SDK's provider (re-check these private hooks on every SDK 
 - a 401 with a refresh token in hand tries the refresh before a new login;
 - non-standard refresh errors (invalid_refresh_token, expired_refresh_token, token_expired,
   HTTP 200 with an error body) normalized to invalid_grant, which ends in "needs auth";
-- the seeds' discovery order: an admin-configured metadata URL (https only) first, then
+- Claude Code's discovery order: an admin-configured metadata URL (https only) first, then
   RFC 9728 + RFC 8414/OIDC (the SDK), then path-aware RFC 8414 for servers without RFC 9728;
 - at most `max_authorizations` interactive authorizations per provider (step-up loops end);
 - a dynamic registration made for another redirect URI is made again before an authorization;
@@ -177,7 +177,7 @@ def registered_for(client_info: OAuthClientInformationFull | None, redirect_uri:
 
 
 def normalize_oauth_error_body(status: int, body: bytes) -> tuple[int, str | None]:
-    """(status, error code) of a token response, the seeds' way.
+    """(status, error code) of a token response, normalized as Claude Code does.
 
     Some servers (Slack among them) answer a failed refresh with HTTP 200 and an error body,
     or with their own error codes; both are read as a 400 invalid_grant.
@@ -411,7 +411,7 @@ class PortalOAuthProvider(OAuthClientProvider):
         self._configured_metadata = metadata
 
     async def _path_aware_fallback(self) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
-        """Legacy servers without RFC 9728: try /.well-known/oauth-authorization-server/<path> (the seeds' step 3)."""
+        """Legacy servers without RFC 9728: try /.well-known/oauth-authorization-server/<path> (discovery's last step)."""
         parsed = urlparse(self.context.server_url)
         url = f"{parsed.scheme}://{parsed.netloc}{AS_METADATA_PATHS[0]}{parsed.path.rstrip('/')}"
         candidate = yield httpx2.Request("GET", url, headers={MCP_PROTOCOL_VERSION_HEADER: "2025-06-18"})

@@ -25,7 +25,7 @@ UNSUPPORTED_PROTOCOL_VERSION = -32022
 
 REQUEST_TIMEOUT = -32001
 SESSION_EXPIRED_MESSAGES = ("session not found", "session terminated")
-# The seeds' terminal connection errors: after three in a row the connection is closed and the
+# Terminal connection errors, counted as Claude Code counts them: after three in a row the connection is closed and the
 # next use reconnects; anything else (a server's own error, a slow answer) resets the count.
 TERMINAL_ERRNOS = frozenset(
     {errno.ECONNRESET, errno.ETIMEDOUT, errno.EPIPE, errno.EHOSTUNREACH, errno.ECONNREFUSED, errno.ENETUNREACH}
@@ -102,7 +102,7 @@ def is_session_expired(exc: BaseException, http_404_with_session: bool = False) 
 
 
 def is_terminal(exc: BaseException) -> bool:
-    """A transport failure of the kinds the seeds count (ECONNRESET, ETIMEDOUT, EPIPE, EHOSTUNREACH,
+    """A transport failure of the kinds Claude Code counts (ECONNRESET, ETIMEDOUT, EPIPE, EHOSTUNREACH,
     ECONNREFUSED, a stream that ended), as opposed to an error the server itself answered with."""
     for leaf in leaf_exceptions(exc):
         seen: BaseException | None = leaf

@@ -1,4 +1,4 @@
-"""Names as the seeds' client gives them: `mcp__<server>__<tool>`, each part ^[a-zA-Z0-9_-]{1,64}$."""
+"""Names as Claude Code's MCP client gives them: `mcp__<server>__<tool>`, each part ^[a-zA-Z0-9_-]{1,64}$."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ TRUNCATED_SUFFIX = "… [truncated]"
 
 
 def normalize_name(name: str) -> str:
-    """Replace every character outside [a-zA-Z0-9_-] with '_' (the seeds' normalizeNameForMCP)."""
+    """Replace every character outside [a-zA-Z0-9_-] with '_', as Claude Code does."""
     return _INVALID.sub("_", name.strip())
 
 

@@ -62,8 +62,8 @@ T = TypeVar("T")
 
 CLIENT_INFO = types.Implementation(name="mcp-portal", version="0.1.0")
 MAX_LIST_PAGES = 100  # a server that hands out cursors forever must not hang the worker
-MAX_CONSECUTIVE_TERMINAL_ERRORS = 3  # the seeds' MAX_ERRORS_BEFORE_RECONNECT
-MAX_SESSION_RETRIES = 1  # the seeds' MAX_SESSION_RETRIES
+MAX_CONSECUTIVE_TERMINAL_ERRORS = 3  # as in Claude Code: three in a row close the connection
+MAX_SESSION_RETRIES = 1  # as in Claude Code: an expired session is reconnected and retried once
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")  # RFC 5424 order
 ProgressSink = Callable[[float, float | None, str | None], Awaitable[None]]
 # An elicitation: (message, requested schema, request id) -> {"action": ..., "content": {...}}
@@ -885,7 +885,7 @@ class ConnectionPool:
     # -- what callers do --------------------------------------------------------------
 
     async def use(self, key: ConnectionKey, config: ServerConfig, fn: Callable[[Connection], Awaitable[T]]) -> T:
-        """Run `fn` on the live connection for `key`, with the seeds' recovery around it.
+        """Run `fn` on the live connection for `key`, with Claude Code's recovery around it.
 
         An expired session (HTTP 404 with our session id, "Session not found") drops the
         connection and its caches, reconnects and runs `fn` once more; a lost connection is

@@ -1,7 +1,7 @@
 """stdio servers as process groups: the graceful stop escalation and reaping (docs/connections.md).
 
-The SDK's own stdio shutdown waits 2 s after closing stdin, then 2 s after SIGTERM. The seeds'
-client gives a server about 600 ms in all: close stdin, then SIGINT, SIGTERM and SIGKILL to the
+The SDK's own stdio shutdown waits 2 s after closing stdin, then 2 s after SIGTERM. Claude Code's
+MCP client gives a server about 600 ms in all: close stdin, then SIGINT, SIGTERM and SIGKILL to the
 whole process group, each after a short wait. Killed grandchildren are orphans whose new parent
 must reap them; PID 1 in a container often does not, so the pool makes its process a child
 subreaper and reaps the group's orphans itself.

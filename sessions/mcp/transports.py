@@ -62,7 +62,7 @@ TransportFactory = Callable[[ServerConfig, IO[str], HttpTrace], AbstractAsyncCon
 
 @asynccontextmanager
 async def stdio_transport(config: ServerConfig, errlog: IO[str], trace: HttpTrace) -> AsyncIterator[Any]:
-    """A stdio server in a process group of its own, stopped by the seeds' escalation (processes.py).
+    """A stdio server in a process group of its own, stopped by Claude Code's escalation (processes.py).
 
     Newline-delimited JSON-RPC over stdin/stdout, like the SDK's stdio_client, whose 4 s
     shutdown this replaces. Before anything starts: the env may not set names that change how

@@ -1,4 +1,4 @@
-"""Output truncation as the seeds' client does it, so one huge result cannot swamp a page or a record.
+"""Output truncation as Claude Code's MCP client does it, so one huge result cannot swamp a page or a record.
 
 A cheap size estimate first; only near the limit a closer count; text cut at the limit; each
 image counted as about 1,600 tokens; a notice that tells what happened and what to do instead.
@@ -122,7 +122,7 @@ def truncate_result(result: dict[str, Any], max_tokens: int = DEFAULT_MAX_OUTPUT
             kept.append({**block, "text": block["text"][:room]})
             used = max_chars
         else:
-            # The seeds compress an image that does not fit; without an imaging library it is left out.
+            # Claude Code compresses an image that does not fit; without an imaging library it is left out.
             kept.append({"type": "text", "text": f"[{block.get('type')} omitted: over the output limit]"})
             used = max_chars
     kept.append({"type": "text", "text": notice(max_tokens)})

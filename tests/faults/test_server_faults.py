@@ -88,7 +88,7 @@ def test_a_server_answering_with_50_megabytes(alice, fault_server, worker):
     ended = asyncio.run(scenario())
     assert ended["status"] == "succeeded", {k: v for k, v in ended.items() if k != "result"}
     # Daphne sends nothing over 1 MiB: the event goes without the result, saying where it is.
-    # Cut as the seeds cut it (MCP_MAX_OUTPUT_TOKENS), so the event fits the socket; the notice says so.
+    # Cut as Claude Code cuts it (MCP_MAX_OUTPUT_TOKENS), so the event fits the socket; the notice says so.
     assert ended["result"]["content"][-1]["text"].startswith("[OUTPUT TRUNCATED"), ended.get("omitted")
     assert ended["details"]["truncated"]["full_bytes"] > 50 * 1024 * 1024
     call = assert_recorded(ended["call"], CallStatus.SUCCEEDED)
