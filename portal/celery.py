@@ -1,4 +1,4 @@
-"""The Celery app. Workers own the MCP connections (see sessions/worker.py)."""
+"""The Celery app. Workers own the MCP connections (see sessions/worker/)."""
 
 import os
 

@@ -5,7 +5,7 @@ When the connection to Redis drops while the worker holds messages it has not ac
 closing the channel, after it has already let go of its connection: an AttributeError that Celery
 treats as unrecoverable, and the worker process exits (tests/faults/test_store_restarts.py). A
 Redis that restarted empty has lost those messages anyway; the worker's sweep sends lost calls
-again and ends overdue approvals (sessions/worker.py), so the worker logs it and goes on.
+again and ends overdue approvals (sessions/worker/liveness.py), so the worker logs it and goes on.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 WORKER_NAME = f"{socket.gethostname()}:{os.getpid()}"
 HEARTBEAT_PREFIX = "portal:worker-alive:"
 SESSION_PREFIX = "portal:session-worker:"
-# The last heartbeat of any worker, for /healthz (written by sessions/worker.py's heartbeat thread).
+# The last heartbeat of any worker, for /healthz (written by the heartbeat thread, sessions/worker/liveness.py).
 HEARTBEAT_KEY = "portal:worker-heartbeat"
 
 

@@ -97,7 +97,7 @@ class Prepared:
     @cached_property
     def scrub(self) -> Scrubber:
         """The connection's one scrubber: every string its server sends passes it before it is
-        stored or shown (sessions/worker.py applies it at each door)."""
+        stored or shown (sessions/worker/ applies it at each door)."""
         return scrubber_of(self.config)
 
     def redact(self, text: str) -> str:

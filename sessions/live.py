@@ -40,7 +40,7 @@ def remember_progress(call_id: str, progress: float, total: float | None, messag
 
 
 def elicitation_event(row: Elicitation) -> dict[str, Any]:
-    """The `elicitation.requested` event the worker sent for this form (sessions/worker.py)."""
+    """The `elicitation.requested` event the worker sent for this form (sessions/worker/conversation.py)."""
     event = {"type": "elicitation.requested", "call": str(row.call_id), "elicitation": str(row.id), "mode": row.mode}
     if row.mode == "url":
         return {

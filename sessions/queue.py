@@ -21,7 +21,7 @@ def send(task: str, args: tuple[Any, ...], worker: str = "", countdown: float | 
 
     A task sent to a worker that dies before running it is not lost: calls record the worker they
     were routed to, and the other workers' sweep sends them again to the shared queue
-    (sessions/worker.py, Sweeper). Claiming a call is a compare-and-set, so a copy runs at most once.
+    (sessions/worker/liveness.py, Sweeper). Claiming a call is a compare-and-set, so a copy runs at most once.
     """
     queue = affinity.own_queue(worker) if worker else affinity.shared_queue()
     if app.conf.task_always_eager:

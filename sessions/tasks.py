@@ -1,4 +1,4 @@
-"""Celery tasks: each takes ids and hands over to one function in worker.py or one action."""
+"""Celery tasks: each takes ids and hands over to one function of the worker (sessions/worker/) or one action."""
 
 from celery import shared_task
 from celery.signals import (

@@ -1,0 +1,335 @@
+"""One tool call, from its claim to its recorded end (a task's thread waits on the pool's loop).
+
+The live tool list is checked against the call (the permission on the live definition, the schema),
+the conversation runs the call (sessions/worker/conversation.py), and the outcome is cut to size,
+scrubbed and written through a database that may be restarting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import json
+import logging
+import time
+from typing import Any
+
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, OperationalError, close_old_connections
+
+from servers import actions as server_actions
+from servers.models import Server, ServerUnusable, check_usable
+
+from .. import actions, credentials, events, live
+from ..affinity import WORKER_NAME
+from ..mcp.config import ConnectionKey
+from ..mcp.errors import ConnectionFailed, Failure
+from ..mcp.naming import NEEDS_TASKS_MESSAGE, needs_tasks
+from ..mcp.pool import CallOutcome
+from ..mcp.schema import validate_arguments
+from ..mcp.secrets import Scrubber
+from ..mcp.truncation import describe as describe_truncation
+from ..mcp.truncation import truncate_result
+from ..models import CallStatus, ToolCall
+from . import conversation, runtime
+
+log = logging.getLogger(__name__)
+
+MAX_RECORDED_PROGRESS = 200
+
+
+def execute_tool_call(call_id: str) -> None:
+    """Run one recorded call to its end. Whatever happens, the record ends with a status,
+    unless the call now waits for a person: then their answer, or its timeout, ends it."""
+    if runtime.interrupting.is_set():
+        # Left pending: the sweep of a worker still running (or of this one, started again) sends it again.
+        log.info("not starting call %s: this worker is stopping", call_id)
+        return
+    # The channel the call will listen on is named now, so claiming records it in the same write.
+    channel = runtime.get_pool().run(get_channel_layer().new_channel(), timeout=10)
+    if not actions.do_claim_tool_call(call_id, WORKER_NAME, channel):
+        return
+    # The server's recorded tool list is left out: the live one is listed below (see _record_tools).
+    found = ToolCall.objects.select_related("server__team__policy", "server__oauth", "user").defer("server__tools")
+    call = found.get(pk=call_id)
+    progress: list[dict[str, Any]] = []  # kept on the record, for the history page
+    try:
+        outcome = _run_call(call, progress)
+        if outcome is None:
+            return
+        result, full_output = _truncated(outcome)
+        ending: dict[str, Any] = {
+            "status": outcome.status,
+            "result": result,
+            "full_output": full_output,
+            "error": outcome.failure.message if outcome.failure else "",
+            "error_kind": outcome.failure.kind if outcome.failure else "",
+            "details": {**_details(outcome), **({"progress": progress} if progress else {})},
+            "duration_ms": outcome.duration_ms,
+            "decision": call.decision,
+            "worker": WORKER_NAME,
+        }
+    except Exception as exc:  # noqa: BLE001 - the record must end, whatever broke
+        log.exception("tool call %s failed inside the worker", call_id)
+        ending = {
+            "status": CallStatus.FAILED,
+            "error": f"The worker failed: {type(exc).__name__}: {exc}",
+            "error_kind": "internal",
+        }
+    finished = _finish_durably(call_id, call, ending)
+    runtime.publish(call.user_id, {"type": "call.ended", **finished.as_event()})
+
+
+FINISH_ATTEMPTS = 30
+
+
+def _finish_durably(call_id: str, call: ToolCall, ending: dict[str, Any]) -> ToolCall:
+    """Record how the call ended, through a database that may be restarting.
+
+    A restart of PostgreSQL cuts this thread's connection: the write fails, and so would the
+    next one on the same connection. So the broken connection is dropped and the write tried
+    again, about once a second for half a minute, with the call's real outcome (not a failure
+    of the bookkeeping), so a restart between a call's end and its record loses nothing.
+    A write the database refuses for what it holds is recorded as a failure that says why.
+    """
+    ending = {**ending, "result": _storable(ending.get("result")), "error": _storable(ending.get("error", ""))}
+    for attempt in range(1, FINISH_ATTEMPTS + 1):
+        try:
+            return actions.do_finish_tool_call(call_id, call=call, **ending)
+        except (OperationalError, InterfaceError):
+            if attempt == FINISH_ATTEMPTS:
+                raise
+            log.warning("could not record the end of call %s (attempt %d); trying again", call_id, attempt)
+            close_old_connections()
+            time.sleep(1.0)
+        except DatabaseError as exc:
+            if ending.get("error_kind") == "unstorable":
+                raise
+            log.exception("the database refused the end of call %s", call_id)
+            close_old_connections()
+            ending = {
+                "status": CallStatus.FAILED,
+                "error": f"The call ended ({ending['status']}) but its outcome could not be stored: {type(exc).__name__}.",
+                "error_kind": "unstorable",
+            }
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _truncated(outcome: CallOutcome) -> tuple[dict[str, Any] | None, bytes | None]:
+    """The result as recorded and shown, cut as Claude Code cuts it; and the whole output, size-capped,
+    for the owner to download when anything was cut."""
+    if outcome.result is None:
+        return None, None
+    started = time.perf_counter()
+    cut = truncate_result(outcome.result, settings.MCP_MAX_OUTPUT_TOKENS)
+    if not cut.truncated:
+        return outcome.result, None
+    full = json.dumps(outcome.result).encode()
+    limit = settings.MCP_FULL_OUTPUT_MAX_BYTES
+    if len(full) > limit and outcome.result.get("structuredContent") is not None:
+        # Tools often repeat their text as structured content: the content alone may fit whole.
+        full = json.dumps({**outcome.result, "structuredContent": None}).encode()
+    kept = min(len(full), limit)
+    tokens = settings.MCP_MAX_OUTPUT_TOKENS
+    outcome.truncated = {
+        "tokens": cut.tokens,
+        "limit": tokens,
+        "full_bytes": len(full),
+        "kept_bytes": kept,
+        "notice": describe_truncation(cut.tokens, tokens, len(full), kept),
+    }
+    # What cutting and keeping the whole output cost the worker (docs/performance.md, large output).
+    outcome.truncated["ms"] = round((time.perf_counter() - started) * 1000, 1)
+    return cut.result, full[:limit]
+
+
+def _storable(value: Any) -> Any:
+    """PostgreSQL keeps no U+0000 in text or JSON: a server's NUL becomes U+FFFD (the replacement character)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+    if isinstance(value, dict):
+        return {_storable(k): _storable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_storable(item) for item in value]
+    return value
+
+
+def _details(outcome: CallOutcome) -> dict[str, Any]:
+    details: dict[str, Any] = {}
+    if outcome.truncated:
+        details["truncated"] = outcome.truncated
+    if outcome.failure is not None:
+        if outcome.failure.elicitations:
+            details["elicitations"] = outcome.failure.elicitations
+        if outcome.failure.stderr_tail:
+            details["stderr_tail"] = outcome.failure.stderr_tail
+        if outcome.failure.status_code is not None:
+            details["status_code"] = outcome.failure.status_code
+    if outcome.errors:
+        details["errors"] = outcome.errors
+    if outcome.retried:
+        details["retried"] = "the session had expired; the call ran again on a new one"
+    if outcome.exchange:
+        details["exchange"] = outcome.exchange
+    return details
+
+
+def _run_call(call: ToolCall, progress: list[dict[str, Any]] | None = None) -> CallOutcome | None:
+    """List the live tools, check the permission on the live definition, then call.
+
+    Returns None when the call was handed to a person for approval instead.
+    """
+    if not call.decision:
+        # Only do_start_tool_call records a decision: anything else that queued a call is refused.
+        reason = "The call has no permission decision: it did not come through the portal's check."
+        return CallOutcome(CallStatus.REJECTED, failure=Failure("unchecked", reason))
+    try:
+        server = check_usable(call.server)
+    except ServerUnusable as exc:
+        return CallOutcome(CallStatus.REJECTED, failure=Failure(exc.kind, exc.message))
+    prepared = credentials.prepare(server, call.user_id)
+    if prepared.failure is not None:
+        outcome: CallOutcome | None = CallOutcome(CallStatus.FAILED, failure=prepared.failure)
+    else:
+        outcome = _call_prepared(call, server, prepared, progress)
+    # Secrets the server echoed are redacted, and a server asking for authorization is remembered.
+    return None if outcome is None else credentials.settle(server, call.user_id, prepared, outcome)
+
+
+def _call_prepared(
+    call: ToolCall, server: Server, prepared: credentials.Prepared, progress: list[dict[str, Any]] | None
+) -> CallOutcome | None:
+    pool = runtime.get_pool()
+    config, key = prepared.config, prepared.key
+    call_id, user_id = str(call.id), call.user_id
+    backstop = config.connect_timeout + config.request_timeout + 30
+
+    started = time.monotonic()
+    progress_budget, log_budget = runtime.EventBudget(), runtime.EventBudget()
+    skipped_logs = 0
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        if progress is not None and len(progress) < MAX_RECORDED_PROGRESS:
+            at_ms = round((time.monotonic() - started) * 1000, 1)
+            progress.append({"progress": value, "total": total, "message": message, "at_ms": at_ms})
+        if not progress_budget.take(final=total is not None and value >= total):
+            return
+        live.remember_progress(call_id, value, total, message)  # for a page that opens later
+        await events.publish(
+            user_id,
+            {"type": "call.progress", "call": call_id, "progress": value, "total": total, "message": message},
+        )
+
+    async def on_log(level: str, logger: str | None, data: Any) -> None:
+        nonlocal skipped_logs
+        if not log_budget.take():
+            skipped_logs += 1
+            return
+        event = {"type": "call.log", "call": call_id, "level": level, "logger": logger, "data": data}
+        if skipped_logs:
+            event["skipped"], skipped_logs = skipped_logs, 0
+        await events.publish(user_id, event)
+
+    async def listed() -> list[dict[str, Any]]:
+        # The page hears "started" while the tool list comes (from the warm connection's memory, or listed).
+        started_event = {"type": "call.started", "call": call_id, "worker": WORKER_NAME}
+        # Both finish before anything else is sent, so "started" can never overtake a quick "ended".
+        both = await asyncio.gather(
+            events.publish(user_id, started_event), pool.list_tools(key, config), return_exceptions=True
+        )
+        if isinstance(both[1], BaseException):
+            raise both[1]
+        return both[1]
+
+    try:
+        tools = pool.run(runtime.stoppable(listed()), timeout=backstop)
+    except runtime.Interrupted:
+        return runtime.interrupted_outcome(started)
+    except ConnectionFailed as exc:
+        return CallOutcome(CallStatus.FAILED, failure=exc.failure)
+    except concurrent.futures.TimeoutError:
+        return CallOutcome(CallStatus.TIMED_OUT, failure=Failure("timeout", f"the worker gave up after {backstop:g} s"))
+    tools = _record_tools(server, key, tools, prepared.scrub)
+    tool = next((t for t in tools if t.get("name") == call.tool), None)
+    if tool is None:
+        return CallOutcome(
+            CallStatus.REJECTED, failure=Failure("unknown_tool", f"{server.name} has no tool named {call.tool!r}.")
+        )
+    if needs_tasks(tool):
+        # The server would refuse it too, in its own words: say why before asking it.
+        return CallOutcome(
+            CallStatus.REJECTED, failure=Failure("needs_tasks", NEEDS_TASKS_MESSAGE.format(tool=call.tool))
+        )
+    errors = validate_arguments(tool.get("inputSchema"), call.arguments)
+    if errors:
+        failure = Failure("invalid_arguments", "The arguments do not match the tool's schema.")
+        return CallOutcome(CallStatus.REJECTED, failure=failure, errors=errors)
+    gate = actions.do_check_tool_call(call, tool)
+    call.decision = gate.decision
+    if gate.waiting:
+        return None
+    if not gate.run:
+        return CallOutcome(CallStatus.REJECTED, failure=Failure(gate.kind, gate.reason))
+    # A pending elicitation stops the request clock (a person is answering), so the backstop leaves
+    # room for a few forms, each bounded by its own timeout.
+    backstop += 3 * server.seconds_to_answer
+    future = pool.submit(
+        runtime.stoppable(
+            conversation.converse(
+                call_id,
+                user_id,
+                on_progress,
+                on_log,
+                prepared.scrub,
+                pool.call_tool,
+                key,
+                config,
+                call,
+                server.seconds_to_answer,
+            )
+        )
+    )
+    try:
+        return future.result(timeout=backstop)
+    except runtime.Interrupted:
+        return runtime.interrupted_outcome(started)
+    except concurrent.futures.TimeoutError:
+        future.cancel()
+        return CallOutcome(CallStatus.TIMED_OUT, failure=Failure("timeout", f"the worker gave up after {backstop:g} s"))
+
+
+# The tool list this worker last saw recorded, per connection: the list as listed and as shown. A warm
+# connection hands back the very list object it listed (sessions/mcp/pool.py), so an unchanged list
+# is known without scrubbing it, or reading and comparing the stored one, on every call.
+_recorded_tools: dict[ConnectionKey, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
+
+
+def _record_tools(
+    server: Server, key: ConnectionKey, tools: list[dict[str, Any]], scrub: Scrubber
+) -> list[dict[str, Any]]:
+    """The pages and the next call's first decision read the server's stored list; keep it current.
+
+    Returns the list as it may be shown: scrubbed of this connection's secrets and, when it is
+    stored anew, of every credential of the team's (`_team_tools`).
+    """
+    seen = _recorded_tools.get(key)
+    if seen is not None and seen[0] is tools:
+        return seen[1]
+    shown = team_tools(server, scrub(tools))
+    if len(_recorded_tools) > 10_000:
+        _recorded_tools.clear()
+    _recorded_tools[key] = (tools, shown)
+    return shown
+
+
+def team_tools(server: Server, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Store a tool list for the whole team to see, scrubbed of every member's and the team's
+    credentials on the server (decrypted only when the list changed); returns what was stored."""
+    if tools == server.tools:  # a deferred field: read now, only when a connection listed anew
+        return tools
+    shown = credentials.team_scrubber(server.pk)(tools)
+    if shown != server.tools:
+        server_actions.do_record_tools(server.pk, shown)
+    server.tools = shown
+    return shown
