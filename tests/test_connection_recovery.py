@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -96,6 +97,24 @@ def test_an_expired_session_costs_any_request_one_retry_on_a_new_connection(
     # The dead connection was replaced, not kept: the old one is closed and the pool holds the new one.
     assert new is not old and old.closed and not new.closed
     assert pool.keys() == [key] and not new.http.session_expired
+
+
+def test_requests_side_by_side_on_an_expired_session_share_one_new_connection(pool, restartable_http_server):
+    # A page asks for its resources and prompts at once: each finds the session gone, and none may
+    # drop the connection another has just opened in its place.
+    url = f"http://127.0.0.1:{restartable_http_server.port}/mcp"
+    config = ServerConfig(network=LOCAL_NETWORK, name="demo", transport="http", url=url, protocol="legacy")
+    key = ConnectionKey.for_owner(1, config, "user:1")
+    old = pool.run(pool.connection(key, config), timeout=60)
+    restartable_http_server.restart()
+
+    async def side_by_side():
+        answers = await asyncio.gather(*(ask(pool, key, config) for ask, _ in REQUESTS_AFTER_A_RESTART.values()))
+        return answers, await pool.connection(key, config)
+
+    answers, new = pool.run(side_by_side(), timeout=60)
+    assert all(answered(a) for (_, answered), a in zip(REQUESTS_AFTER_A_RESTART.values(), answers, strict=True))
+    assert new is not old and old.closed and not new.closed and pool.keys() == [key]
 
 
 def test_leaving_a_subscription_of_an_expired_session_drops_the_connection_and_opens_none(

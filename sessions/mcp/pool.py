@@ -824,6 +824,13 @@ class ConnectionPool:
             await conn.close()
             await self.events.status(key, conn.config, status, failure)
 
+    async def _replace(self, key: ConnectionKey, conn: Connection, status: str, failure: Failure | None = None) -> None:
+        """Drop `conn` so that the next use opens a new one; never the new one itself, which a request
+        beside this one (a page asks for its resources and prompts at once) may have opened already
+        on finding the same expired session."""
+        if self._connections.get(key) is conn:
+            await self.drop(key, status, failure)
+
     async def _close_everything(self) -> None:
         await self.close_all()
         await self.events.aclose()
@@ -940,13 +947,13 @@ class ConnectionPool:
                     raise ConnectionFailed(answer) from exc
                 if attempt < retries and conn.session_expired(exc):
                     log.info("session with %s expired; reconnecting once", config.name)
-                    await self.drop(key, PENDING)
+                    await self._replace(key, conn, PENDING)
                     continue
                 failure = conn.diagnose(exc)
                 if is_connection_lost(exc) or conn.session_expired(exc):
-                    await self.drop(key, FAILED, failure)
+                    await self._replace(key, conn, FAILED, failure)
                 elif conn.record(exc):
-                    await self.drop(key, FAILED, failure)
+                    await self._replace(key, conn, FAILED, failure)
                 raise ConnectionFailed(failure) from exc
             else:
                 conn.record(None)
