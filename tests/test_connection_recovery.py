@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -12,7 +13,7 @@ import anyio
 import pytest
 
 from sessions.mcp.config import ConnectionKey, ServerConfig
-from sessions.mcp.errors import is_session_expired, is_terminal
+from sessions.mcp.errors import ConnectionFailed, is_session_expired, is_terminal
 from sessions.mcp.pool import Connection, ConnectionPool, PoolSettings
 from sessions.mcp.ssrf import LOCAL_NETWORK
 from tests.conftest import DEMO_ARGS, ROOT
@@ -56,6 +57,84 @@ def test_a_server_restarted_under_a_live_session_costs_one_retry(pool, restartab
     # Dropped and reconnected: the old connection is closed, and the new one starts without its cache.
     assert new is not old and old.closed and not new.closed
     assert new.tools is None
+
+
+# Every request on a pooled connection, not only a tool call: (what it asks, how to see the answer).
+REQUESTS_AFTER_A_RESTART = {
+    "resource read": (
+        lambda pool, key, config: pool.read_resource(key, config, "demo://greeting/Grace"),
+        lambda answer: answer["contents"][0]["text"] == "Hello, Grace!",
+    ),
+    "prompt": (
+        lambda pool, key, config: pool.get_prompt(key, config, "hello", {}),
+        lambda answer: bool(answer["messages"]),
+    ),
+    "completion": (
+        lambda pool, key, config: pool.complete(key, config, {"template": "demo://greeting/{name}"}, "name", "al"),
+        lambda answer: answer["values"] == ["Alan", "Alonzo"],
+    ),
+    "resource list": (
+        lambda pool, key, config: pool.list_resources(key, config),
+        lambda answer: answer["offered"] and any(r["uri"] == "demo://readme" for r in answer["resources"]),
+    ),
+}
+
+
+@pytest.mark.parametrize("request_name", list(REQUESTS_AFTER_A_RESTART))
+def test_an_expired_session_costs_any_request_one_retry_on_a_new_connection(
+    pool, restartable_http_server, request_name
+):
+    ask, answered = REQUESTS_AFTER_A_RESTART[request_name]
+    url = f"http://127.0.0.1:{restartable_http_server.port}/mcp"
+    config = ServerConfig(network=LOCAL_NETWORK, name="demo", transport="http", url=url, protocol="legacy")
+    key = ConnectionKey.for_owner(1, config, "user:1")
+    assert answered(pool.run(ask(pool, key, config), timeout=60))
+    old = pool.run(pool.connection(key, config), timeout=30)
+    restartable_http_server.restart()  # the new process knows nothing of the old session
+
+    assert answered(pool.run(ask(pool, key, config), timeout=60))
+    new = pool.run(pool.connection(key, config), timeout=30)
+    # The dead connection was replaced, not kept: the old one is closed and the pool holds the new one.
+    assert new is not old and old.closed and not new.closed
+    assert pool.keys() == [key] and not new.http.session_expired
+
+
+def test_requests_side_by_side_on_an_expired_session_share_one_new_connection(pool, restartable_http_server):
+    # A page asks for its resources and prompts at once: each finds the session gone, and none may
+    # drop the connection another has just opened in its place.
+    url = f"http://127.0.0.1:{restartable_http_server.port}/mcp"
+    config = ServerConfig(network=LOCAL_NETWORK, name="demo", transport="http", url=url, protocol="legacy")
+    key = ConnectionKey.for_owner(1, config, "user:1")
+    old = pool.run(pool.connection(key, config), timeout=60)
+    restartable_http_server.restart()
+
+    async def side_by_side():
+        answers = await asyncio.gather(*(ask(pool, key, config) for ask, _ in REQUESTS_AFTER_A_RESTART.values()))
+        return answers, await pool.connection(key, config)
+
+    answers, new = pool.run(side_by_side(), timeout=60)
+    assert all(answered(a) for (_, answered), a in zip(REQUESTS_AFTER_A_RESTART.values(), answers, strict=True))
+    assert new is not old and old.closed and not new.closed and pool.keys() == [key]
+
+
+def test_leaving_a_subscription_of_an_expired_session_drops_the_connection_and_opens_none(
+    pool, restartable_http_server
+):
+    url = f"http://127.0.0.1:{restartable_http_server.port}/mcp"
+    config = ServerConfig(network=LOCAL_NETWORK, name="demo", transport="http", url=url, protocol="legacy")
+    key = ConnectionKey.for_owner(1, config, "user:1")
+
+    async def ignore(uri: str, event: str, message: str) -> None:
+        pass
+
+    pool.run(pool.subscribe_resource(key, config, "demo://counter", ignore, "tab-1"), timeout=60)
+    old = pool.run(pool.connection(key, config), timeout=30)
+    restartable_http_server.restart()
+
+    with pytest.raises(ConnectionFailed):
+        pool.run(pool.unsubscribe_resource(key, config, "demo://counter", "tab-1"), timeout=60)
+    # The server forgot the session and its subscriptions: nothing to retry, and nothing left pooled.
+    assert old.closed and len(pool) == 0
 
 
 def test_session_expiry_is_told_apart_from_a_timeout_and_a_wrong_path():

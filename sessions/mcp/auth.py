@@ -154,20 +154,6 @@ class OAuthSettings:
     max_authorizations: int = 3
 
 
-def auth_failure(exc: BaseException | None) -> Any:
-    """The diagnosis (errors.Failure) of an OAuth problem, or None if `exc` is not one."""
-    from .errors import Failure
-
-    if isinstance(exc, AuthorizationRequired):
-        return Failure("needs_auth", f"Connect your account: {exc}.")
-    if isinstance(exc, OAuthFlowError):
-        # The server wants authorization and OAuth cannot get it without the person (a server that
-        # registers no clients, or wants a static header): they must act either way. Connecting
-        # runs the flow in their browser, where this error is shown again if it persists.
-        return Failure("needs_auth", f"Connect your account: the server asks for authorization ({exc}).")
-    return None
-
-
 def registered_for(client_info: OAuthClientInformationFull | None, redirect_uri: str) -> bool:
     """Whether a stored registration may send the browser back to `redirect_uri` (True when it names none)."""
     if client_info is None or not client_info.redirect_uris:

@@ -1,4 +1,7 @@
-"""Turning whatever a connection or call raised into a diagnosis a person can act on."""
+"""Turning whatever a connection or call raised into a diagnosis a person can act on.
+
+The dependency runs one way: this module knows the other modules' exceptions (OAuth's, the
+sandbox's, the address policy's) and none of them knows this one's diagnoses."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import httpx2
 from jsonschema.exceptions import ValidationError as SchemaValidationError
 from mcp.shared.exceptions import MCPError
 
-from .auth import OAuthFlowError, auth_failure
+from .auth import AuthorizationRequired, OAuthFlowError
 from .commands import CommandRefused, EnvRefused
 from .config import ServerConfig
 from .sandbox import NotInSandbox, SandboxUnavailable
@@ -115,6 +118,18 @@ def is_terminal(exc: BaseException) -> bool:
                 return True
             seen = seen.__cause__ or seen.__context__
     return False
+
+
+def auth_failure(exc: BaseException | None) -> Failure | None:
+    """The diagnosis of an OAuth problem, or None if `exc` is not one."""
+    if isinstance(exc, AuthorizationRequired):
+        return Failure("needs_auth", f"Connect your account: {exc}.")
+    if isinstance(exc, OAuthFlowError):
+        # The server wants authorization and OAuth cannot get it without the person (a server that
+        # registers no clients, or wants a static header): they must act either way. Connecting
+        # runs the flow in their browser, where this error is shown again if it persists.
+        return Failure("needs_auth", f"Connect your account: the server asks for authorization ({exc}).")
+    return None
 
 
 def _http_status_failure(code: int, target: str, stderr_tail: str) -> Failure:

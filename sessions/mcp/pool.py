@@ -134,6 +134,24 @@ def root_name(uri: str) -> str:
 URL_ELICITATION_REQUIRED = -32042
 SERVER_REFUSALS = frozenset({types.METHOD_NOT_FOUND, types.INVALID_PARAMS, types.INTERNAL_ERROR, -32002})
 
+# How a caller reads a JSON-RPC error that is the server's answer to its own request, not a fault
+# of the connection: the diagnosis to raise, or None to recover from it as from any other error.
+Answered = Callable[[MCPError], Failure | None]
+
+
+def tool_answer(error: MCPError) -> Failure | None:
+    """A tool call's: -32042 asks the person to visit pages first (`url_required`)."""
+    return url_required(error.error) if error.error.code == URL_ELICITATION_REQUIRED else None
+
+
+def request_answer(error: MCPError) -> Failure | None:
+    """Resources', prompts' and completions': the server refused this one request (SERVER_REFUSALS).
+    Read before diagnose(): on 2026 HTTP these come with HTTP 400, which is not a transport fault."""
+    if error.error.code in SERVER_REFUSALS:
+        return Failure("protocol", protocol_message(error.error.code, error.error.message))
+    return None
+
+
 # Connection statuses as the portal shows them ("disabled" is the registry's, not the pool's).
 CONNECTED, PENDING, NEEDS_AUTH, FAILED, CLOSED = "connected", "pending", "needs-auth", "failed", "closed"
 
@@ -806,6 +824,13 @@ class ConnectionPool:
             await conn.close()
             await self.events.status(key, conn.config, status, failure)
 
+    async def _replace(self, key: ConnectionKey, conn: Connection, status: str, failure: Failure | None = None) -> None:
+        """Drop `conn` so that the next use opens a new one; never the new one itself, which a request
+        beside this one (a page asks for its resources and prompts at once) may have opened already
+        on finding the same expired session."""
+        if self._connections.get(key) is conn:
+            await self.drop(key, status, failure)
+
     async def _close_everything(self) -> None:
         await self.close_all()
         await self.events.aclose()
@@ -884,15 +909,31 @@ class ConnectionPool:
 
     # -- what callers do --------------------------------------------------------------
 
-    async def use(self, key: ConnectionKey, config: ServerConfig, fn: Callable[[Connection], Awaitable[T]]) -> T:
+    async def use(
+        self,
+        key: ConnectionKey,
+        config: ServerConfig,
+        fn: Callable[[Connection], Awaitable[T]],
+        *,
+        answered: Answered = tool_answer,
+        reconnect: bool = True,
+    ) -> T:
         """Run `fn` on the live connection for `key`, with Claude Code's recovery around it.
 
-        An expired session (HTTP 404 with our session id, "Session not found") drops the
+        Every request on a pooled connection comes through here (tool calls and their listing
+        through `call_tool`/`list_tools`, the rest through `_request`), so all recover alike:
+        an expired session (HTTP 404 with our session id, "Session not found") drops the
         connection and its caches, reconnects and runs `fn` once more; a lost connection is
-        dropped; terminal transport errors are counted (three in a row close the connection).
+        dropped; terminal transport errors are counted (three in a row close the connection),
+        and anything else the server answers resets the count. `answered` says which JSON-RPC
+        errors are the server's answer to the request itself (see `tool_answer`). With
+        `reconnect` False an expired session is not retried: the connection is dropped and the
+        failure raised, so a caller that must not open a connection never opens one.
+        Deadlines are `fn`'s own (an anyio cancel scope: `Connection.request`, `call_tool`).
         Raises ConnectionFailed with the diagnosis.
         """
-        for attempt in range(MAX_SESSION_RETRIES + 1):
+        retries = MAX_SESSION_RETRIES if reconnect else 0
+        for attempt in range(retries + 1):
             conn = await self.connection(key, config)
             conn.in_flight += 1
             try:
@@ -900,17 +941,19 @@ class ConnectionPool:
             except BaseException as exc:
                 if isinstance(exc, asyncio.CancelledError):
                     raise
-                if isinstance(exc, MCPError) and exc.error.code == URL_ELICITATION_REQUIRED:
-                    raise ConnectionFailed(url_required(exc.error)) from exc
-                if attempt < MAX_SESSION_RETRIES and conn.session_expired(exc):
+                answer = answered(exc) if isinstance(exc, MCPError) else None
+                if answer is not None:
+                    conn.record(None)  # the server answered: the connection works
+                    raise ConnectionFailed(answer) from exc
+                if attempt < retries and conn.session_expired(exc):
                     log.info("session with %s expired; reconnecting once", config.name)
-                    await self.drop(key, PENDING)
+                    await self._replace(key, conn, PENDING)
                     continue
                 failure = conn.diagnose(exc)
                 if is_connection_lost(exc) or conn.session_expired(exc):
-                    await self.drop(key, FAILED, failure)
+                    await self._replace(key, conn, FAILED, failure)
                 elif conn.record(exc):
-                    await self.drop(key, FAILED, failure)
+                    await self._replace(key, conn, FAILED, failure)
                 raise ConnectionFailed(failure) from exc
             else:
                 conn.record(None)
@@ -989,41 +1032,28 @@ class ConnectionPool:
     # -- resources, prompts, completions (each one request on the pooled connection) ------
 
     async def _request(
-        self, key: ConnectionKey, config: ServerConfig, work: Callable[[Connection, Client], Awaitable[T]]
+        self,
+        key: ConnectionKey,
+        config: ServerConfig,
+        work: Callable[[Connection, Client], Awaitable[T]],
+        reconnect: bool = True,
     ) -> T:
-        """Run `work` on the live connection for `key`, bounded by the request timeout.
+        """Run `work` on the live connection for `key` as one request: in the connection's turn,
+        bounded by the request timeout (`Connection.request`), with `use`'s recovery around it.
 
-        Raises ConnectionFailed with the diagnosis when connecting or the request fails;
-        a lost connection is dropped so the next request reconnects.
+        Raises ConnectionFailed with the diagnosis when connecting or the request fails.
         """
-        conn = await self.connection(key, config)
-        assert conn.client is not None
-        conn.in_flight += 1
 
-        async def in_turn() -> T:
-            assert conn.client is not None
-            async with conn.turn():
-                return await work(conn, conn.client)
+        async def one_request(conn: Connection) -> T:
+            client = conn.client
+            assert client is not None
+            try:
+                return await conn.request(lambda: work(conn, client))
+            except TimeoutError as exc:
+                # A wait of its own inside `work` (a subscription's) ran out: the same deadline.
+                raise RequestTimedOut(config.request_timeout) from exc
 
-        try:
-            return await asyncio.wait_for(in_turn(), config.request_timeout)
-        except BaseException as exc:
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            if isinstance(exc, MCPError) and exc.error.code in SERVER_REFUSALS:
-                # Checked before diagnose(): on 2026 HTTP these come with HTTP 400, which is not a transport fault.
-                raise ConnectionFailed(
-                    Failure("protocol", protocol_message(exc.error.code, exc.error.message))
-                ) from exc
-            if is_connection_lost(exc):
-                await self.drop(key)
-            failure = conn.diagnose(exc)
-            if failure.kind == "timeout":
-                failure.message = f"no answer from the server within {config.request_timeout:g} s"
-            raise ConnectionFailed(failure) from exc
-        finally:
-            conn.in_flight -= 1
-            conn.last_used = time.monotonic()
+        return await self.use(key, config, one_request, answered=request_answer, reconnect=reconnect)
 
     async def _counts(self, conn: Connection) -> dict[str, int | None]:
         """How many resources, templates and prompts the server offers (0 for what it does not
@@ -1168,7 +1198,8 @@ class ConnectionPool:
             assert conn.subscriptions is not None
             return await conn.subscriptions.remove(uri, subscriber, config.request_timeout)
 
-        return await self._request(key, config, work)
+        # An expired session is not retried on a new connection: the server forgot its subscriptions with it.
+        return await self._request(key, config, work, reconnect=False)
 
     async def unsubscribe_everywhere(self, server_id: int, uri: str, subscriber: str) -> bool:
         """`subscriber` (one page's socket) leaves `uri` on every connection to the server.
