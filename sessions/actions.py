@@ -25,7 +25,7 @@ from sessions.mcp.naming import tool_full_name
 from sessions.mcp.schema import validate_arguments
 
 from . import affinity, audit, events, queue
-from .mcp.errors import Failure
+from .mcp.failure import Failure
 from .models import (
     Approval,
     ApprovalState,

@@ -32,7 +32,7 @@ from .connection_needs import (
     revision,
 )
 from .mcp.config import ConnectionKey, ServerConfig
-from .mcp.errors import Failure
+from .mcp.failure import Failure
 from .mcp.pool import CallOutcome
 from .mcp.secrets import Scrubber, referenced_secrets, remember
 from .oauth import attach_provider

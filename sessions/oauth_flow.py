@@ -35,7 +35,7 @@ from .mcp.auth import (
     OAuthFlowError,
     PortalOAuthProvider,
 )
-from .mcp.errors import ConnectionFailed
+from .mcp.failure import ConnectionFailed
 from .mcp.pool import Connection
 from .oauth import CredentialRowStore, oauth_settings_for
 from .worker import get_pool

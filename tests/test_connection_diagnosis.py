@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from sessions.mcp.config import ServerConfig
-from sessions.mcp.errors import ConnectionFailed
+from sessions.mcp.failure import ConnectionFailed
 from sessions.mcp.pool import ConnectionPool, PoolSettings
 from sessions.mcp.ssrf import LOCAL_NETWORK
 from sessions.mcp.variables import MissingVariable, VariableNotAvailable, expand, expand_config

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sessions.mcp.config import ConnectionKey, Negotiated, ServerConfig
-from sessions.mcp.errors import ConnectionFailed
+from sessions.mcp.failure import ConnectionFailed
 from sessions.mcp.pool import ConnectionPool, PoolSettings
 from sessions.mcp.ssrf import LOCAL_NETWORK
 from tests.conftest import ROOT

@@ -13,7 +13,8 @@ import anyio
 import pytest
 
 from sessions.mcp.config import ConnectionKey, ServerConfig
-from sessions.mcp.errors import ConnectionFailed, is_session_expired, is_terminal
+from sessions.mcp.errors import is_session_expired, is_terminal
+from sessions.mcp.failure import ConnectionFailed
 from sessions.mcp.pool import Connection, ConnectionPool, PoolSettings
 from sessions.mcp.ssrf import LOCAL_NETWORK
 from tests.conftest import DEMO_ARGS, ROOT

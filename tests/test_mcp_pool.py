@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from sessions.mcp.config import ConnectionKey, ServerConfig
-from sessions.mcp.errors import ConnectionFailed
+from sessions.mcp.failure import ConnectionFailed
 from sessions.mcp.pool import ConnectionPool, PoolSettings
 from sessions.mcp.ssrf import LOCAL_NETWORK
 from tests.conftest import DEMO_ARGS, ROOT, free_port

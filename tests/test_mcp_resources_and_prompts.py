@@ -11,7 +11,7 @@ import pytest
 from mcp import Client, StdioServerParameters, types
 
 from sessions.mcp.config import ConnectionKey, ServerConfig
-from sessions.mcp.errors import ConnectionFailed
+from sessions.mcp.failure import ConnectionFailed
 from sessions.mcp.pool import ConnectionPool, PoolSettings
 from sessions.mcp.resource_subscriptions import ResourceSubscriptions
 from sessions.mcp.ssrf import LOCAL_NETWORK

@@ -14,7 +14,7 @@ import base64
 import pytest
 
 from sessions.mcp.config import ConnectionKey, ServerConfig
-from sessions.mcp.errors import ConnectionFailed
+from sessions.mcp.failure import ConnectionFailed
 from sessions.mcp.pool import ConnectionPool
 from sessions.mcp.ssrf import LOCAL_NETWORK
 from tests.conftest import NODE, ROOT

@@ -22,7 +22,7 @@ def main() -> None:
     django.setup()
     from servers.models import Server
     from sessions import credentials
-    from sessions.mcp.errors import ConnectionFailed
+    from sessions.mcp.failure import ConnectionFailed
     from sessions.mcp.pool import ConnectionPool
 
     server_id, user_id = int(sys.argv[1]), int(sys.argv[2])

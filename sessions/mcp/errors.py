@@ -9,8 +9,6 @@ import errno
 import socket
 import ssl
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
-from typing import Any
 
 import anyio
 import httpx2
@@ -20,6 +18,7 @@ from mcp.shared.exceptions import MCPError
 from .auth import AuthorizationRequired, OAuthFlowError
 from .commands import CommandRefused, EnvRefused
 from .config import ServerConfig
+from .failure import ConnectionFailed, Failure
 from .sandbox import NotInSandbox, SandboxUnavailable
 from .ssrf import AddressRefused
 from .variables import MissingSecrets, MissingVariable
@@ -34,29 +33,6 @@ TERMINAL_ERRNOS = frozenset(
     {errno.ECONNRESET, errno.ETIMEDOUT, errno.EPIPE, errno.EHOSTUNREACH, errno.ECONNREFUSED, errno.ENETUNREACH}
 )
 TERMINAL_MARKERS = ("stream ended", "sse stream disconnected", "failed to reconnect sse stream", "terminated")
-
-
-@dataclass
-class Failure:
-    """Why a connection or call failed. `kind` is stable (the UI and tests switch on it)."""
-
-    kind: str
-    message: str
-    stderr_tail: str = ""
-    status_code: int | None = None
-    # What the person must do before a retry can work: the URL elicitations of an error -32042.
-    elicitations: list[dict[str, Any]] | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-class ConnectionFailed(Exception):
-    """Raised by the pool when a server cannot be reached; carries the diagnosis."""
-
-    def __init__(self, failure: Failure):
-        super().__init__(failure.message)
-        self.failure = failure
 
 
 def protocol_message(code: int, message: str) -> str:

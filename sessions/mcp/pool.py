@@ -33,14 +33,13 @@ from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST
 
 from .config import MODERN_VERSION, ConnectionKey, Negotiated, ServerConfig
 from .errors import (
-    ConnectionFailed,
-    Failure,
     diagnose,
     is_connection_lost,
     is_session_expired,
     is_terminal,
     protocol_message,
 )
+from .failure import ConnectionFailed, Failure
 from .naming import annotate_tools
 from .processes import become_subreaper
 from .resource_subscriptions import ResourceSubscriptions, UpdateSink

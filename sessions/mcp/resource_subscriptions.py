@@ -21,7 +21,7 @@ from mcp import Client
 from mcp.client.subscriptions import ResourceUpdated, SubscriptionLost
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from .errors import ConnectionFailed, Failure
+from .failure import ConnectionFailed, Failure
 
 log = logging.getLogger(__name__)
 # resources/subscribe is deprecated only for 2026-07-28 connections, which never send it here.

@@ -16,7 +16,7 @@ from servers.permissions import describe_tools
 
 from .. import credentials, events
 from ..mcp.config import ConnectionKey, ServerConfig
-from ..mcp.errors import ConnectionFailed, Failure
+from ..mcp.failure import ConnectionFailed, Failure
 from ..mcp.pool import ConnectionPool
 from . import runtime, tool_call
 

@@ -18,7 +18,7 @@ from channels.layers import get_channel_layer
 from .. import actions, events
 from ..mcp.config import ConnectionKey, ServerConfig
 from ..mcp.elicitation import defaults
-from ..mcp.errors import Failure
+from ..mcp.failure import Failure
 from ..mcp.pool import CallHooks, CallOutcome
 from ..mcp.secrets import Scrubber
 from ..models import CallStatus, ElicitationState, SamplingState, ToolCall

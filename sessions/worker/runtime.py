@@ -25,7 +25,7 @@ from servers.models import Membership
 from .. import actions, affinity, credentials, events, live
 from ..affinity import WORKER_NAME
 from ..mcp.config import ConnectionKey, Negotiated, ServerConfig
-from ..mcp.errors import Failure
+from ..mcp.failure import Failure
 from ..mcp.pool import CallOutcome, ConnectionPool, PoolEvents, PoolSettings
 from ..models import CallStatus
 

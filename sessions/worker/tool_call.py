@@ -24,7 +24,7 @@ from servers.models import Server, ServerUnusable, check_usable
 from .. import actions, credentials, events, live
 from ..affinity import WORKER_NAME
 from ..mcp.config import ConnectionKey
-from ..mcp.errors import ConnectionFailed, Failure
+from ..mcp.failure import ConnectionFailed, Failure
 from ..mcp.naming import NEEDS_TASKS_MESSAGE, needs_tasks
 from ..mcp.pool import CallOutcome
 from ..mcp.schema import validate_arguments

@@ -145,7 +145,7 @@ def default_arguments(tool: dict[str, Any]) -> dict[str, Any]:
 def use_through_the_worker(user: Any, server: Any, scenario: str) -> int:
     """List and call tools as the worker does; connect the account whenever the server asks."""
     from sessions import credentials
-    from sessions.mcp.errors import ConnectionFailed
+    from sessions.mcp.failure import ConnectionFailed
     from sessions.mcp.pool import ConnectionPool
 
     pool = ConnectionPool()

@@ -13,7 +13,7 @@ import pytest
 
 from servers.models import Server
 from sessions.mcp.config import ServerConfig
-from sessions.mcp.errors import ConnectionFailed
+from sessions.mcp.failure import ConnectionFailed
 from sessions.mcp.pool import ConnectionPool, PoolEvents, PoolSettings
 from sessions.mcp.ssrf import LOCAL_NETWORK, AddressRefused, NetworkPolicy, resolve
 from tests.test_server_registry import logged_in

@@ -15,7 +15,7 @@ import pytest
 
 from servers.models import Server
 from sessions.mcp.config import ServerConfig
-from sessions.mcp.errors import ConnectionFailed
+from sessions.mcp.failure import ConnectionFailed
 from sessions.mcp.pool import ConnectionPool, PoolEvents, PoolSettings
 from tests.conftest import ROOT
 from tests.test_server_registry import logged_in, stdio_form

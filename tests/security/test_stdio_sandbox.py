@@ -21,7 +21,7 @@ from django.conf import settings
 from servers.models import Server
 from sessions.mcp import sandbox as sandbox_module
 from sessions.mcp.config import ConnectionKey, ServerConfig
-from sessions.mcp.errors import ConnectionFailed
+from sessions.mcp.failure import ConnectionFailed
 from sessions.mcp.pool import ConnectionPool, PoolEvents, PoolSettings
 from sessions.mcp.processes import become_subreaper, group_members, stop_process_group
 from tests.conftest import DEMO_ARGS, ROOT
