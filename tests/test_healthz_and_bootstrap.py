@@ -35,9 +35,7 @@ def no_heartbeat(worker: dict) -> Iterator[None]:
         process.send_signal(signal.SIGSTOP)
         time.sleep(0.2)  # a beat it sent just before is in Redis before the heartbeat is deleted
     else:
-        worker_module._stopping.set()
-        assert worker_module._heartbeat is not None
-        worker_module._heartbeat.join(10)
+        worker_module.stop_heartbeat()
     try:
         cache.delete(HEARTBEAT_KEY)
         assert cache.get(HEARTBEAT_KEY) is None

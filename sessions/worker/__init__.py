@@ -26,7 +26,7 @@ from .catalog import (
     execute_test_connection,
     execute_unsubscribe_resource,
 )
-from .liveness import Sweeper, forget_gone_local_workers, shutdown_pool, start_heartbeat
+from .liveness import Sweeper, forget_gone_local_workers, shutdown_pool, start_heartbeat, stop_heartbeat
 from .runtime import get_pool, interrupt_calls, publish
 from .tool_call import execute_tool_call
 
@@ -48,4 +48,5 @@ __all__ = [
     "publish",
     "shutdown_pool",
     "start_heartbeat",
+    "stop_heartbeat",
 ]

@@ -24,14 +24,20 @@ log = logging.getLogger(__name__)
 _heartbeat: threading.Thread | None = None
 
 
-def shutdown_pool() -> None:
-    runtime.interrupt_calls()  # in case the worker's stop did not say so first
-    runtime.stopping.set()  # no more heartbeats: the router must stop sending calls here
+def stop_heartbeat() -> None:
+    """No more beats from this process until start_heartbeat(): the router stops sending work here.
+
+    A beat under way ends first: it would otherwise write the heartbeat again after it is cleared,
+    or still be in a database call while the interpreter exits."""
+    runtime.stopping.set()
     heartbeat = _heartbeat
     if heartbeat is not None and heartbeat is not threading.current_thread():
-        # A beat under way ends first: it would otherwise write the heartbeat again after it is
-        # cleared below, or still be in a database call while the interpreter exits.
         heartbeat.join(timeout=10)
+
+
+def shutdown_pool() -> None:
+    runtime.interrupt_calls()  # in case the worker's stop did not say so first
+    stop_heartbeat()
     try:
         affinity.stop()
     except Exception:  # noqa: BLE001 - the cache may be gone already; the TTL covers it
