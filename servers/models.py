@@ -10,6 +10,7 @@ from django.db import models
 
 from sessions.mcp.config import Negotiated, ServerConfig
 from sessions.mcp.naming import normalize_name
+from sessions.mcp.owner import Owner
 from sessions.mcp.ssrf import NetworkPolicy
 
 from .outbound import allowed_commands, sandbox_policy
@@ -232,7 +233,7 @@ class Server(models.Model):
 
     def connection_owner(self, user_id: int) -> str:
         """Whose session a call uses: the user's own, or the team's when the server is shared."""
-        return f"team:{self.team_id}" if self.shared else f"user:{user_id}"
+        return Owner.team(self.team_id) if self.shared else Owner.user(user_id)
 
     def to_config(self) -> ServerConfig:
         # ${VAR} reads only what the operator exposes; ${secret:NAME} is the user's (sessions/credentials.py).

@@ -14,11 +14,11 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 
-EVERYONE = "*"  # a credential change for every owner of a server's connections
+from .mcp.owner import Owner
 
 
-def owner_of(user_id: int) -> str:
-    return f"user:{user_id}"
+def owner_of(user_id: int) -> Owner:
+    return Owner.user(user_id)
 
 
 def revision(rows: list[Any]) -> str:

@@ -25,7 +25,6 @@ from servers.roles import TeamAction, roles_that_may
 
 from . import events
 from .connection_needs import (
-    EVERYONE,
     known_needs_auth,
     mark_needs_auth,
     owner_of,
@@ -33,6 +32,7 @@ from .connection_needs import (
 )
 from .mcp.config import ConnectionKey, ServerConfig
 from .mcp.failure import Failure
+from .mcp.owner import EVERYONE, Owner
 from .mcp.pool import CallOutcome
 from .mcp.secrets import Scrubber, referenced_secrets, remember
 from .oauth import attach_provider
@@ -237,17 +237,17 @@ def _current_fingerprints(server_id: int, owners: set[str]) -> dict[str, str]:
     base = server.to_config().fingerprint()
     # Someone who may no longer call the team's servers (removed, left, made auditor) has no current
     # fingerprint: every connection that used their credentials is outdated.
-    ids = [int(owner[5:]) for owner in owners if owner.startswith("user:")]
+    ids = [Owner(owner).user_id for owner in owners if Owner(owner).user_id is not None]
     users = set(
         Membership.objects.filter(
             team_id=server.team_id, user_id__in=ids, role__in=roles_that_may(TeamAction.USE_SERVERS)
         ).values_list("user_id", flat=True)
     )
     found = {}
-    for owner in owners:
-        if owner.startswith("user:") and int(owner[5:]) in users:
-            found[owner] = f"{base}.{revision(applicable(server, int(owner[5:])))}"
-        elif owner.startswith("team:") and server.shared:
+    for owner in map(Owner, owners):
+        if owner.user_id in users:
+            found[owner] = f"{base}.{revision(applicable(server, owner.user_id))}"
+        elif owner.team_id is not None and server.shared:
             found[owner] = f"{base}.{revision(list(Credential.objects.filter(server=server, team_id=server.team_id)))}"
     return found
 

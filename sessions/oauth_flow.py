@@ -36,6 +36,7 @@ from .mcp.auth import (
     PortalOAuthProvider,
 )
 from .mcp.failure import ConnectionFailed
+from .mcp.owner import EVERYONE, Owner
 from .mcp.pool import Connection
 from .oauth import CredentialRowStore, oauth_settings_for
 from .worker import get_pool
@@ -111,7 +112,8 @@ def _finish_flow(flow_id: int, ok: bool, error: str, server_id: int, owner: str,
         status=OAuthFlow.Status.DONE if ok else OAuthFlow.Status.FAILED, error=error[:500]
     )
     if ok:
-        identity = {"user_id": int(owner[5:])} if owner.startswith("user:") else {"team_id": int(owner[5:])}
+        owner = Owner(owner)
+        identity = {"user_id": owner.user_id} if owner.user_id is not None else {"team_id": owner.team_id}
         # A new generation: every worker's connection with the old tokens is closed and reopened.
         Credential.objects.filter(server_id=server_id, kind=CredentialKind.OAUTH, name="", **identity).update(
             generation=F("generation") + 1
@@ -119,7 +121,7 @@ def _finish_flow(flow_id: int, ok: bool, error: str, server_id: int, owner: str,
         if tools is not None:
             # Stored team-wide: no member's credential may be in it (docs/security.md).
             server_actions.do_record_tools(server_id, team_scrubber(server_id)(tools))
-        _announce_change(server_id, owner if owner.startswith("user:") else "*")
+        _announce_change(server_id, owner if owner.user_id is not None else EVERYONE)
 
 
 async def run_authorization(flow_id: int, reply_channel: str) -> dict[str, Any]:
@@ -132,7 +134,7 @@ async def run_authorization(flow_id: int, reply_channel: str) -> dict[str, Any]:
     except OAuthFlow.DoesNotExist:
         await layer.send(reply_channel, {"type": "oauth.done", "ok": False, "message": "This sign-in has expired."})
         return {"ok": False}
-    owner = f"team:{server.team_id}" if flow.for_team else f"user:{flow.user_id}"
+    owner = Owner.team(server.team_id) if flow.for_team else Owner.user(flow.user_id)
     tools = None
     if prepared.failure is not None:
         outcome = {"ok": False, "message": prepared.failure.message}

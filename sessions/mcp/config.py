@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .owner import Owner
 from .sandbox import SandboxPolicy
 from .ssrf import NetworkPolicy
 
@@ -164,7 +165,7 @@ class ConnectionKey:
     @property
     def shared(self) -> bool:
         """A team's session (servers.Server.connection_owner): several members' calls share it."""
-        return self.owner.startswith("team:")
+        return Owner(self.owner).team_id is not None
 
     def __str__(self) -> str:
         return f"{self.server_id}:{self.fingerprint}:{self.owner}"

@@ -26,6 +26,7 @@ from .. import actions, affinity, credentials, events, live
 from ..affinity import WORKER_NAME
 from ..mcp.config import ConnectionKey, Negotiated, ServerConfig
 from ..mcp.failure import Failure
+from ..mcp.owner import Owner
 from ..mcp.pool import CallOutcome, ConnectionPool, PoolEvents, PoolSettings
 from ..models import CallStatus
 
@@ -128,10 +129,10 @@ def interrupted_outcome(started: float) -> CallOutcome:
 
 def owner_user_ids(owner: str) -> list[int]:
     """The people who see a connection: its user, or every member of the team sharing it."""
-    kind, _, ident = owner.partition(":")
-    if kind == "user":
-        return [int(ident)]
-    return list(Membership.objects.filter(team_id=int(ident)).values_list("user_id", flat=True))
+    owner = Owner(owner)
+    if owner.user_id is not None:
+        return [owner.user_id]
+    return list(Membership.objects.filter(team_id=owner.team_id).values_list("user_id", flat=True))
 
 
 class WorkerEvents(PoolEvents):
