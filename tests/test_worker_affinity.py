@@ -124,3 +124,46 @@ def test_a_worker_that_stops_leaves_no_stdio_process_behind(alice, demo_server, 
     finally:
         if process.poll() is None:
             stop(process)
+
+
+def test_resources_prompts_and_subscriptions_reach_the_worker_holding_the_session(alice, demo_server, two_workers):
+    """Not only calls: every request for a session goes where it is held, so no second connection opens
+    in the other worker, and an unsubscribe reaches the worker holding the subscription."""
+    from sessions.models import ConnectionStatus
+
+    cookie = session_cookie(alice)
+
+    async def scenario() -> tuple[str, list[dict], list[dict]]:
+        async with Playground(cookie) as ws:
+            first = await ws.call(demo_server.pk, "echo", {"message": "hold"}, timeout=60)
+            asked = [
+                ({"type": "list_resources"}, "resources"),
+                ({"type": "read_resource", "uri": "demo://counter"}, "resource.read"),
+                ({"type": "list_prompts"}, "prompts"),
+                ({"type": "subscribe_resource", "uri": "demo://counter"}, "resource.subscribed"),
+                ({"type": "list_resources"}, "resources"),
+                ({"type": "read_resource", "uri": "demo://counter"}, "resource.read"),
+            ]
+            answers = []
+            for i, (message, answer) in enumerate(asked):
+                await ws.send({**message, "ref": f"r{i}", "server": demo_server.pk})
+                answers.append(await ws.until(answer, ref=f"r{i}", timeout=60))
+            await ws.send(
+                {"type": "unsubscribe_resource", "ref": "u", "server": demo_server.pk, "uri": "demo://counter"}
+            )
+            answers.append(await ws.until("resource.unsubscribed", ref="u", timeout=60))
+            # The holder let go: touching the resource now brings no update.
+            touched = await ws.call(demo_server.pk, "touch_resource", approve="allow_once", timeout=60)
+            await asyncio.sleep(1.0)
+            updates = [e for e in ws.seen if e["type"] == "resource.updated"]
+            return first["call"], [touched, *answers], updates
+
+    call_id, answers, updates = asyncio.run(scenario())
+    touched, *answered = answers
+    assert touched["status"] == "succeeded", touched
+    assert [a.get("error") for a in answered] == [None] * len(answered), answered
+    holder = ToolCall.objects.get(pk=call_id).worker
+    assert holder in two_workers
+    # Each worker records the connections it opened: one, in the holder.
+    assert set(ConnectionStatus.objects.filter(server=demo_server).values_list("worker", flat=True)) == {holder}
+    assert updates == []
