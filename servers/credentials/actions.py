@@ -24,9 +24,9 @@ from sessions.connection_needs import (
 )
 from sessions.mcp.secrets import SECRET_NAME, referenced_secrets
 
-from .credential_models import Credential, CredentialKind, OAuthFlow, ServerOAuth, hash_state
-from .models import Server, Team, TransportKind
-from .roles import TeamAction
+from ..models import Server, Team, TransportKind
+from ..roles import TeamAction
+from .models import Credential, CredentialKind, OAuthFlow, ServerOAuth, hash_state
 
 MAX_SECRET_LENGTH = 10_000
 

@@ -2,7 +2,7 @@
 
 Pages show names, kinds, "set"/"not set", scopes and expiry: never a value. What is decided and
 written (who may do what, what a server needs, the OAuth flow claimed by its callback) is in
-servers/credential_actions.py; these views parse the request, call it and answer.
+servers/credentials/actions.py; these views parse the request, call it and answer.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from django.views.decorators.http import require_POST
 from portal.origin import redirect_uri_mismatch
 from sessions import queue
 
-from . import credential_actions as actions
-from .credential_forms import OAuthSettingsForm, SecretForm
-from .credential_models import Credential, CredentialKind
+from . import actions
+from .forms import OAuthSettingsForm, SecretForm
+from .models import Credential, CredentialKind
 
 
 def _safe_next(request: HttpRequest, default: str) -> str:
