@@ -21,7 +21,7 @@ from portal.env import envbool, envfloat, envint, envlist, envsecret
 from portal.site import site_addresses
 from portal.stdio_defaults import check_stdio_settings, default_bind_paths, default_commands
 from portal.var_dir import private_directory, private_sqlite
-from servers.crypto import KeyConfigError, load_keyring
+from servers.credentials.crypto import KeyConfigError, load_keyring
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # The database and the keys live here: the directory is the owner's alone (portal/var_dir.py).
@@ -53,7 +53,7 @@ def _secret_key() -> str:
 
 SECRET_KEY = _secret_key()
 
-# Credentials at rest (servers/crypto.py, docs/credentials.md): the current key first.
+# Credentials at rest (servers/credentials/crypto.py, docs/credentials.md): the current key first.
 try:
     PORTAL_KEYRING = load_keyring(EMBEDDED, VAR_DIR)
 except KeyConfigError as exc:

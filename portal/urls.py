@@ -12,6 +12,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("servers/", include("servers.urls")),
     path("teams/", include("servers.team_urls")),
-    path("", include("servers.credential_urls")),
+    path("", include("servers.credentials.urls")),
     path("", include("sessions.urls")),
 ]

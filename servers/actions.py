@@ -11,7 +11,7 @@ from django.utils import timezone
 from sessions.mcp.naming import tool_full_name
 
 from . import mcp_json
-from .credential_actions import do_set_secret
+from .credentials.actions import do_set_secret
 from .models import (
     Effect,
     ElicitationHook,

@@ -430,4 +430,4 @@ class ElicitationHook(models.Model):
 
 
 # Credentials live in a module of their own; importing them here makes them models of this app.
-from .credential_models import Credential, CredentialKind, OAuthFlow, ServerOAuth  # noqa: E402, F401
+from .credentials.models import Credential, CredentialKind, OAuthFlow, ServerOAuth  # noqa: E402, F401

@@ -22,7 +22,7 @@ from sessions.actions import do_withdraw_member_requests
 from sessions.connection_needs import credential_changed_message, owner_of
 from sessions.models import AuditKind
 
-from .credential_models import Credential
+from .credentials.models import Credential
 from .models import Invitation, Membership, Role, Server, Team
 from .permissions import team_role
 from .roles import TeamAction, may, membership_change_error

@@ -18,8 +18,8 @@ from typing import Any
 from django.db.models import Q
 from django.urls import reverse
 
-from servers.credential_models import Credential, CredentialKind
-from servers.crypto import CredentialUnreadable
+from servers.credentials.crypto import CredentialUnreadable
+from servers.credentials.models import Credential, CredentialKind
 from servers.models import Membership, Server
 from servers.roles import TeamAction, roles_that_may
 

@@ -21,8 +21,8 @@ from django.db.models import Q
 from django.utils import timezone
 from pydantic import ValidationError
 
-from servers.credential_models import Credential, CredentialKind, ServerOAuth
-from servers.crypto import CredentialUnreadable
+from servers.credentials.crypto import CredentialUnreadable
+from servers.credentials.models import Credential, CredentialKind, ServerOAuth
 from servers.models import Server
 
 from .mcp.auth import (

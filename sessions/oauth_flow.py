@@ -23,10 +23,10 @@ from django.db.models import F
 from django.utils import timezone
 
 from servers import actions as server_actions
-from servers.credential_actions import _announce_change
-from servers.credential_models import Credential, CredentialKind, OAuthFlow, hash_state
+from servers.credentials.actions import _announce_change
+from servers.credentials.models import Credential, CredentialKind, OAuthFlow, hash_state
+from servers.credentials.oauth_errors import AuthorizationError
 from servers.models import Server
-from servers.oauth_errors import AuthorizationError
 
 from .credentials import applicable, prepare, team_scrubber
 from .mcp.auth import (

@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 from django.core import mail
 from django.test import Client
 
-from servers.crypto import new_key_line
+from servers.credentials.crypto import new_key_line
 from servers.models import Membership
 from tests.conftest import ROOT
 

@@ -11,8 +11,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from servers.credential_models import Credential, CredentialKind, ServerOAuth
-from servers.crypto import CredentialUnreadable, KeyConfigError, generate_key, parse_keys
+from servers.credentials.crypto import CredentialUnreadable, KeyConfigError, generate_key, parse_keys
+from servers.credentials.models import Credential, CredentialKind, ServerOAuth
 from tests.conftest import ROOT
 
 KEY_A = f"a:{generate_key()}"

@@ -292,7 +292,7 @@ LITERAL = {
 
 
 def test_the_preview_warns_of_credentials_in_the_clear_and_can_store_them_as_secrets(alice):
-    from servers.credential_models import Credential
+    from servers.credentials.models import Credential
 
     client = logged_in(alice)
     text = json.dumps(LITERAL)

@@ -147,7 +147,7 @@ import portal.asgi  # the ASGI app: HTTP and the playground socket's consumer
 for pattern in get_resolver().url_patterns:  # every view module, as the first request loads them
     pass
 import importlib
-for module in ("sessions.consumers", "servers.views", "sessions.views", "servers.credential_views",
+for module in ("sessions.consumers", "servers.views", "sessions.views", "servers.credentials.views",
                "servers.team_views", "portal.views"):
     importlib.import_module(module)
 loaded = sorted(m for m in sys.modules if m == "mcp" or m.startswith("mcp."))

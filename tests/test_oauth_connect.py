@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from django.test import Client
 
-from servers.credential_models import Credential
+from servers.credentials.models import Credential
 from tests.oauth_helpers import approve, authorization_url, connect, stats
 from tests.ws import Playground, session_cookie
 

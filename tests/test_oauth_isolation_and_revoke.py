@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from django.conf import settings
 
-from servers.credential_models import Credential
+from servers.credentials.models import Credential
 from sessions.models import ConnectionStatus
 from tests.oauth_helpers import connect
 from tests.test_connection_status import eventually

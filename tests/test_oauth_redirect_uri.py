@@ -18,7 +18,7 @@ from django.conf import settings
 from django.test import Client
 from mcp.shared.auth import OAuthClientInformationFull
 
-from servers.credential_models import Credential
+from servers.credentials.models import Credential
 from sessions.connection_needs import clear_needs_auth, owner_of
 from sessions.oauth import CredentialRowStore
 from tests.conftest import ROOT, free_port, stop, wait_for_port

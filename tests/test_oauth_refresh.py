@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from servers.credential_models import Credential
+from servers.credentials.models import Credential
 from tests.oauth_helpers import connect, control, expire_stored_token, stats, worker_processes
 from tests.test_oauth_connect import call, logged_in
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from servers.credential_models import ServerOAuth
+from servers.credentials.models import ServerOAuth
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,7 @@ import hashlib
 import pytest
 from django.test import Client
 
-from servers.credential_models import Credential
+from servers.credentials.models import Credential
 from sessions.mcp.config import ServerConfig
 from sessions.mcp.secrets import MissingSecrets, redact, referenced_secrets
 from sessions.mcp.variables import expand_config

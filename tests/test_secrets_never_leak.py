@@ -12,7 +12,7 @@ from django.apps import apps
 from django.conf import settings
 from django.core import serializers
 
-from servers.credential_models import Credential
+from servers.credentials.models import Credential
 from servers.models import Server
 from tests.conftest import free_port
 from tests.oauth_helpers import connect

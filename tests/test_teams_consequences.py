@@ -150,7 +150,7 @@ def test_a_removed_members_open_form_is_cancelled(alice, bob, demo_server):
 
 
 def test_a_removed_members_socket_stops_receiving_the_teams_events(alice, bob, demo_server):
-    from servers.credential_actions import do_set_secret
+    from servers.credentials.actions import do_set_secret
 
     demo_server.shared = True  # one session for the whole team: its events go to every member
     demo_server.save()

@@ -9,7 +9,7 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from servers.credential_models import Credential
+from servers.credentials.models import Credential
 from tests.browser.conftest import SCREENSHOTS, TIMEOUT_MS, log_in
 from tests.browser.test_playground_browser import call_status, open_playground, pick_tool
 

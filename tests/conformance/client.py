@@ -76,7 +76,7 @@ def build_portal(server_url: str, scenario: str, context: dict[str, Any]) -> tup
     from django.conf import settings
     from django.contrib.auth import get_user_model
 
-    from servers.credential_actions import do_set_oauth_settings
+    from servers.credentials.actions import do_set_oauth_settings
     from servers.models import Membership, Server, Team
 
     user = get_user_model().objects.create_user("conformance", "c@example.com", "pw")

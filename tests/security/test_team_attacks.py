@@ -84,7 +84,7 @@ def test_links_cannot_be_guessed_or_rebuilt_from_the_database(alice, acme):
 
 
 def test_an_auditor_sees_no_secrets_and_cannot_store_any(alice, bob, acme, demo_server):
-    from servers.credential_actions import do_set_secret
+    from servers.credentials.actions import do_set_secret
 
     do_set_secret(demo_server, "API_KEY", "team-secret-value", by=alice, team=acme)
     TeamPages(alice).set_role(membership(bob, acme), "auditor")

@@ -14,8 +14,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from servers.credential_models import ENCRYPTED_FIELDS
-from servers.crypto import CredentialUnreadable, key_id_of
+from servers.credentials.crypto import CredentialUnreadable, key_id_of
+from servers.credentials.models import ENCRYPTED_FIELDS
 
 
 class Command(BaseCommand):

@@ -1,4 +1,4 @@
-"""Credentials: what people connect to servers with, kept encrypted (servers/crypto.py).
+"""Credentials: what people connect to servers with, kept encrypted (servers/credentials/crypto.py).
 
 Imported by servers/models.py, so these are ordinary models of the `servers` app; they live
 in a module of their own to keep the registry's models readable.

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import credential_views as views
+from . import views
 
 urlpatterns = [
     path("credentials/", views.my_credentials, name="my_credentials"),

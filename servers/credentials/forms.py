@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 
 from sessions.mcp.secrets import SECRET_NAME
 
-from .credential_models import ServerOAuth
+from .models import ServerOAuth
 
 
 class SecretForm(forms.Form):

@@ -148,7 +148,7 @@ def load_keyring(embedded: bool, var_dir: Path) -> Keyring:
         raise KeyConfigError(
             "The distributed mode needs PORTAL_ENCRYPTION_KEYS (or PORTAL_ENCRYPTION_KEYS_FILE): "
             "comma-separated <id>:<base64 32-byte key>, the current key first. "
-            "Make one with: python -c 'from servers.crypto import new_key_line; print(new_key_line())'"
+            "Make one with: python -c 'from servers.credentials.crypto import new_key_line; print(new_key_line())'"
         )
     generated = var_dir / "encryption_keys"
     if not generated.exists():

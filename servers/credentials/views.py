@@ -1,6 +1,8 @@
 """My credentials, token health, the OAuth connect and callback, and the admin's OAuth settings.
 
-Pages show names, kinds, "set"/"not set", scopes and expiry: never a value.
+Pages show names, kinds, "set"/"not set", scopes and expiry: never a value. What is decided and
+written (who may do what, what a server needs, the OAuth flow claimed by its callback) is in
+servers/credentials/actions.py; these views parse the request, call it and answer.
 """
 
 from __future__ import annotations
@@ -23,14 +25,10 @@ from django.views.decorators.http import require_POST
 
 from portal.origin import redirect_uri_mismatch
 from sessions import queue
-from sessions.connection_needs import known_needs_auth, owner_of, revision
-from sessions.mcp.secrets import referenced_secrets
 
-from . import credential_actions as actions
-from .credential_forms import OAuthSettingsForm, SecretForm
-from .credential_models import Credential, CredentialKind, OAuthFlow, ServerOAuth, hash_state
-from .models import Server, TransportKind
-from .roles import TeamAction
+from . import actions
+from .forms import OAuthSettingsForm, SecretForm
+from .models import Credential, CredentialKind
 
 
 def _safe_next(request: HttpRequest, default: str) -> str:
@@ -40,80 +38,9 @@ def _safe_next(request: HttpRequest, default: str) -> str:
     return default
 
 
-def _asked_for_authorization(seen: dict[str, Any] | None) -> bool:
-    # "needs_auth" is also a secret not set yet ("Connect your account: set NAME …"): not OAuth.
-    if not seen or seen.get("kind") != "needs_auth":
-        return False
-    return seen.get("status_code") == 401 or not str(seen.get("message", "")).startswith("Connect your account: set ")
-
-
-def server_uses_oauth(server: Server, rows: list[Credential], needs_auth: dict[str, Any] | None) -> bool:
-    """Whether to offer "Connect your account": the server is known to use OAuth, from its settings
-    (a client or metadata URL configured), a connection made before, or its last answer (a 401,
-    an authorization the server asked for). An HTTP server that never asked is not offered it."""
-    if server.transport == TransportKind.STDIO:
-        return False
-    settings = getattr(server, "oauth", None)
-    if settings is not None and not settings.enabled:
-        return False
-    if settings is not None and (settings.client_id or settings.metadata_url):
-        return True
-    if any(row.kind == CredentialKind.OAUTH for row in rows):
-        return True
-    # The remembered "needs your authorization" is only ever the server's own answer (credentials.settle).
-    return _asked_for_authorization(server.last_test) or needs_auth is not None
-
-
-def server_needs(server: Server, user: Any, rows: list[Credential]) -> dict[str, Any]:
-    """What this user must still provide for a server, from rows already loaded (nothing decrypted)."""
-    mine = [r for r in rows if r.user_id == user.pk]
-    team = [r for r in rows if r.team_id is not None]
-    names = sorted(referenced_secrets(server.to_config()))
-    secrets = []
-    for name in names:
-        own = next((r for r in mine if r.kind == CredentialKind.SECRET and r.name == name), None)
-        shared = next((r for r in team if r.kind == CredentialKind.SECRET and r.name == name), None)
-        secrets.append({"name": name, "own": own, "shared": shared, "set": bool(own or shared)})
-    extra = [r for r in mine if r.kind == CredentialKind.SECRET and r.name not in names]
-    oauth = next((r for r in mine if r.kind == CredentialKind.OAUTH), None)
-    team_oauth = next((r for r in team if r.kind == CredentialKind.OAUTH), None)
-    needs_auth = known_needs_auth(server.pk, owner_of(user.pk), f"{server.to_config().fingerprint()}.{revision(rows)}")
-    uses_oauth = server_uses_oauth(server, rows, needs_auth)
-    missing = [s["name"] for s in secrets if not s["set"]]
-    connected = bool((oauth and oauth.has_tokens) or (team_oauth and team_oauth.has_tokens))
-    attention = bool(missing or needs_auth or (oauth and oauth.last_error and not oauth.has_tokens))
-    return {
-        "server": server,
-        "secrets": secrets,
-        "extra": extra,
-        "oauth": oauth,
-        "team_oauth": team_oauth,
-        "uses_oauth": uses_oauth,
-        "needs_auth": needs_auth,
-        "missing": missing,
-        "attention": attention,
-        # Not "ready" before an OAuth server is connected: whether it needs it is only known then.
-        "ready": not attention and (connected or not uses_oauth),
-        # A row without tokens (a denied consent, a registration) gives nothing to revoke.
-        "can_revoke": bool(oauth and oauth.has_tokens),
-        "is_admin": server.is_admin(user),
-    }
-
-
-def _visible(user: Any):
-    # Auditors keep no credentials for the team's servers (servers/roles.py): they never call them.
-    return Server.objects.where(user, TeamAction.OWN_CREDENTIALS).select_related("team", "oauth").distinct()
-
-
 @login_required
 def my_credentials(request: HttpRequest) -> HttpResponse:
-    servers = list(_visible(request.user))
-    rows = list(
-        Credential.objects.filter(server__in=servers, user=request.user)
-        | Credential.objects.filter(server__in=servers, team__memberships__user=request.user)
-    )
-    entries = [server_needs(server, request.user, [r for r in rows if r.server_id == server.pk]) for server in servers]
-    entries.sort(key=lambda e: (not e["attention"], e["server"].name.lower()))
+    entries = actions.my_credential_needs(request.user)
     return render(
         request,
         "servers/credentials.html",
@@ -132,7 +59,7 @@ def my_credentials(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def set_secret(request: HttpRequest, server_id: int) -> HttpResponse:
-    server = get_object_or_404(_visible(request.user), pk=server_id)
+    server = get_object_or_404(actions.credential_servers(request.user), pk=server_id)
     form = SecretForm(request.POST)
     back = _safe_next(request, reverse("my_credentials") + f"#server-{server.pk}")
     if not form.is_valid():
@@ -140,10 +67,7 @@ def set_secret(request: HttpRequest, server_id: int) -> HttpResponse:
         return redirect(back)
     data = form.cleaned_data
     try:
-        if data["for_team"]:
-            actions.do_set_secret(server, data["name"], data["value"], by=request.user, team=server.team)
-        else:
-            actions.do_set_secret(server, data["name"], data["value"], by=request.user, user=request.user)
+        actions.do_save_secret(server, data["name"], data["value"], by=request.user, for_team=data["for_team"])
     except actions.CredentialError as exc:
         messages.error(request, str(exc))
         return redirect(back)
@@ -156,8 +80,7 @@ def set_secret(request: HttpRequest, server_id: int) -> HttpResponse:
 @require_POST
 def revoke_credential(request: HttpRequest, credential_id: int) -> HttpResponse:
     credential = get_object_or_404(Credential.objects.select_related("server"), pk=credential_id)
-    visible = Server.objects.visible_to(request.user).filter(pk=credential.server_id).exists()
-    if not visible or not actions.can_manage(credential, request.user):
+    if not actions.may_revoke(credential, request.user):
         return HttpResponse("Not yours to revoke.", status=404)
     what = credential.name if credential.kind == CredentialKind.SECRET else "OAuth connection"
     actions.do_revoke_credential(credential)
@@ -167,27 +90,16 @@ def revoke_credential(request: HttpRequest, credential_id: int) -> HttpResponse:
 
 @login_required
 def token_health(request: HttpRequest) -> HttpResponse:
-    servers = list(_visible(request.user))
-    tokens = (
-        Credential.objects.filter(kind=CredentialKind.OAUTH, server__in=servers)
-        .filter(user=request.user)
-        .select_related("server")
-        .order_by("server__name")
-    )
-    team_tokens = (
-        Credential.objects.filter(kind=CredentialKind.OAUTH, server__in=servers, team__isnull=False)
-        .select_related("server", "team")
-        .order_by("server__name")
-    )
+    tokens, team_tokens = actions.oauth_tokens(request.user)
     return render(request, "servers/token_health.html", {"tokens": tokens, "team_tokens": team_tokens})
 
 
 @login_required
 def oauth_settings(request: HttpRequest, server_id: int) -> HttpResponse:
-    server = get_object_or_404(_visible(request.user), pk=server_id)
+    server = get_object_or_404(actions.credential_servers(request.user), pk=server_id)
     if not server.is_admin(request.user):
         return HttpResponse("Only the team's admins can change OAuth settings.", status=403)
-    instance = ServerOAuth.objects.filter(server=server).first()
+    instance = actions.oauth_settings_of(server)
     form = OAuthSettingsForm(request.POST or None, instance=instance)
     if request.method == "POST" and form.is_valid():
         actions.do_set_oauth_settings(server, form.cleaned_data)
@@ -213,11 +125,6 @@ def client_metadata(request: HttpRequest) -> JsonResponse:
 
 
 # -- OAuth: Connect, and the callback ----------------------------------------------------------------
-
-
-@database_sync_to_async
-def _visible_server(user: Any, server_id: int) -> Server | None:
-    return _visible(user).filter(pk=server_id).first()
 
 
 @asynccontextmanager
@@ -278,7 +185,7 @@ async def oauth_connect(request: HttpRequest, server_id: int) -> HttpResponse:
     """Start an authorization in a worker; follow it to the server's authorization page."""
     user = await request.auser()
     back = _safe_next(request, reverse("my_credentials") + f"#server-{server_id}")
-    server = await _visible_server(user, server_id)
+    server = await database_sync_to_async(actions.credential_server)(user, server_id)
     if server is None:
         return HttpResponse("Unknown server.", status=404)
     try:
@@ -298,29 +205,12 @@ async def oauth_connect(request: HttpRequest, server_id: int) -> HttpResponse:
     return await database_sync_to_async(_after)(request, answer, back, server.name)
 
 
-@database_sync_to_async
-def _claim_flow(user: Any, state: str) -> tuple[OAuthFlow, str] | None:
-    from django.utils import timezone
-
-    if not state:
-        return None
-    now = timezone.now()
-    # Compare-and-set: a callback replayed, or opened by another account, finds nothing.
-    claimed = OAuthFlow.objects.filter(
-        state_hash=hash_state(state), user=user, status=OAuthFlow.Status.WAITING, expires_at__gt=now
-    ).update(status=OAuthFlow.Status.CALLBACK)
-    if claimed != 1:
-        return None
-    flow = OAuthFlow.objects.get(state_hash=hash_state(state))
-    return flow, flow.channel()
-
-
 @login_required
 async def oauth_callback(request: HttpRequest) -> HttpResponse:
     """Where the authorization server sends the browser back; hands the code to the waiting worker."""
     user = await request.auser()
     params = request.GET
-    claimed = await _claim_flow(user, params.get("state", ""))
+    claimed = await database_sync_to_async(actions.do_claim_oauth_flow)(user, params.get("state", ""))
     if claimed is None:
         messages.error(request, "This sign-in link has expired or was already used. Connect again.")
         return redirect("my_credentials")
