@@ -20,6 +20,7 @@ from django.utils import timezone
 from sessions import audit, events
 from sessions.actions import do_withdraw_member_requests
 from sessions.connection_needs import credential_changed_message, owner_of
+from sessions.mcp.owner import EVERYONE
 from sessions.models import AuditKind
 
 from .credentials.models import Credential
@@ -103,7 +104,7 @@ def do_delete_team(by: Any, team: Team) -> None:
     _record(by, team, "team_deleted", by.get_username(), f"Deleted the team {team.name}.")
     team.delete()
     # Every pooled connection to those servers closes: the servers are gone.
-    transaction.on_commit(lambda: _close_connections(server_ids, "*"))
+    transaction.on_commit(lambda: _close_connections(server_ids, EVERYONE))
 
 
 # -- invitations -------------------------------------------------------------------------------

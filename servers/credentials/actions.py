@@ -22,6 +22,7 @@ from sessions.connection_needs import (
     owner_of,
     revision,
 )
+from sessions.mcp.owner import EVERYONE, Owner
 from sessions.mcp.secrets import SECRET_NAME, referenced_secrets
 
 from ..models import Server, Team, TransportKind
@@ -36,7 +37,7 @@ class CredentialError(ValueError):
 
 
 def _announce_change(server_id: int, owner: str) -> None:
-    if owner.startswith("user:"):
+    if Owner(owner).user_id is not None:
         clear_needs_auth(server_id, owner)
     events.tell_workers(credential_changed_message(server_id, owner))
 
@@ -49,7 +50,7 @@ def _owner_filter(user: Any | None, team: Team | None) -> dict[str, Any]:
 
 def _changed_owner(user: Any | None, team: Team | None) -> str:
     # A team's value is used by every member's connection to the server.
-    return f"user:{user.pk}" if user is not None else "*"
+    return Owner.user(user.pk) if user is not None else EVERYONE
 
 
 @transaction.atomic
@@ -94,7 +95,7 @@ def do_save_secret(server: Server, name: str, value: str, *, by: Any, for_team: 
 def do_revoke_credential(credential: Credential) -> None:
     """Delete it; every worker closes the connections that used it."""
     server_id = credential.server_id
-    owner = f"user:{credential.user_id}" if credential.user_id else "*"
+    owner = Owner.user(credential.user_id) if credential.user_id else EVERYONE
     credential.delete()
     transaction.on_commit(lambda: _announce_change(server_id, owner))
 
@@ -122,7 +123,7 @@ def do_set_oauth_settings(server: Server, fields: dict[str, Any]) -> ServerOAuth
     elif fields.get("client_secret"):
         settings_row.set_client_secret(fields["client_secret"])
     settings_row.save()
-    transaction.on_commit(lambda: _announce_change(server.pk, "*"))
+    transaction.on_commit(lambda: _announce_change(server.pk, EVERYONE))
     return settings_row
 
 

@@ -14,6 +14,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from sessions.mcp.owner import Owner
+
 from .crypto import key_id_of
 
 
@@ -84,7 +86,7 @@ class Credential(models.Model):
 
     @property
     def owner(self) -> str:
-        return f"user:{self.user_id}" if self.user_id else f"team:{self.team_id}"
+        return Owner.user(self.user_id) if self.user_id else Owner.team(self.team_id)
 
     @property
     def context(self) -> str:
