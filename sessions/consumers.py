@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -14,20 +13,9 @@ from servers.models import Server, ServerUnusable, usable_server
 
 from . import actions, limits, live, messages, queue
 from .events import user_group
-from .mcp.elicitation import validate_answer
 from .messages import MAX_SUBSCRIPTIONS, MessageError
-from .models import CallStatus, Elicitation, ElicitationState, SamplingRequest, SamplingState, ToolCall
 
 logger = logging.getLogger(__name__)
-
-
-def _is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True
-
 
 # Daphne refuses to send a WebSocket message over 1 MiB and closes the socket (1011); an event that
 # large (a huge result) goes without its large fields instead, saying so. The record keeps them.
@@ -144,14 +132,14 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
 
     async def on_cancel_call(self, content: dict[str, Any], ref: Any) -> None:
         call_id = messages.call_id(content)
-        channel = await self._running_call_channel(call_id)
+        channel = await self._act(actions.do_running_call_channel, call_id)
         await self.channel_layer.send(channel, {"type": "call.cancel"})
         await self.send_json({"type": "cancel.sent", "ref": ref, "call": call_id})
 
     async def on_answer_elicitation(self, content: dict[str, Any], ref: Any) -> None:
         answer = messages.elicitation_answer(content)
         eid, action = answer.elicitation, answer.action
-        channel, call_id = await self._answer(eid, action, answer.content)
+        channel, call_id = await self._act(actions.do_take_elicitation_answer, eid, action, answer.content)
         await self.channel_layer.send(
             channel, {"type": "elicitation.answer", "elicitation": eid, "action": action, "content": answer.content}
         )
@@ -161,7 +149,7 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
     async def on_answer_sampling(self, content: dict[str, Any], ref: Any) -> None:
         answer = messages.sampling_answer(content)
         sid, action = answer.sampling, answer.action
-        channel, call_id = await self._answer_sampling(sid, action, answer.text)
+        channel, call_id = await self._act(actions.do_take_sampling_answer, sid, action, answer.text)
         await self.channel_layer.send(
             channel,
             {"type": "sampling.answer", "sampling": sid, "action": action, "text": answer.text, "model": answer.model},
@@ -214,7 +202,7 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
 
     async def on_list_approvals(self, content: dict[str, Any], ref: Any) -> None:
         # The playground asks on every (re)connect, so a reload never loses a waiting approval.
-        approvals = await database_sync_to_async(self._pending_approvals)()
+        approvals = await database_sync_to_async(actions.do_pending_approval_events)(self.user)
         await self.send_json({"type": "approvals", "ref": ref, "approvals": approvals})
 
     async def on_list_calls(self, content: dict[str, Any], ref: Any) -> None:
@@ -230,11 +218,7 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "server.logs", "ref": ref, "server": server.pk, "lines": lines})
 
     async def on_answer_approval(self, content: dict[str, Any], ref: Any) -> None:
-        approval, answer = messages.approval_answer(content)
-        try:
-            await database_sync_to_async(actions.do_answer_approval)(self.user, approval, answer)
-        except actions.ApprovalError as exc:
-            raise MessageError(str(exc)) from None
+        await self._act(actions.do_answer_approval, *messages.approval_answer(content))
 
     handlers = {
         "call": on_call,
@@ -256,49 +240,15 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         "answer_approval": on_answer_approval,
     }
 
-    @database_sync_to_async
-    def _running_call_channel(self, call_id: str) -> str:
-        # Someone else's call and an unknown one get the same answer: ids are not for probing.
-        call = ToolCall.objects.filter(pk=call_id, user=self.user).first() if _is_uuid(call_id) else None
-        if call is None:
-            raise MessageError("Unknown call.")
-        if call.status != CallStatus.RUNNING:
-            raise MessageError(f"The call is {call.status}, not running: there is nothing to cancel.")
-        if not call.channel:
-            raise MessageError("The call is starting; try again in a moment.")
-        return call.channel
-
-    @database_sync_to_async
-    def _answer(self, eid: str, action: str, answer: Any) -> tuple[str, str]:
-        """Check the answer against the schema that was asked for, record it once, and say where it goes."""
-        found = Elicitation.objects.select_related("call").filter(pk=eid) if _is_uuid(eid) else None
-        elicitation = found.first() if found is not None else None
-        if elicitation is None or elicitation.call.user_id != self.user.pk:
-            raise MessageError("Unknown elicitation.")
-        if elicitation.state != ElicitationState.PENDING:
-            raise MessageError(f"This form was already closed ({elicitation.get_state_display().lower()}).")
-        if action == "accept" and elicitation.mode == "url":
-            answer = None  # consent to open the page: the server gets no content
-        elif action == "accept":
-            errors = validate_answer(elicitation.schema, answer)
-            if errors:
-                raise MessageError("The answer does not match the form; nothing was sent.", errors=errors)
-        if not actions.do_answer_elicitation(elicitation.pk, action, answer):
-            raise MessageError("This form was already closed.")
-        return elicitation.call.channel, str(elicitation.call_id)
-
-    @database_sync_to_async
-    def _answer_sampling(self, sid: str, action: str, text: str) -> tuple[str, str]:
-        found = SamplingRequest.objects.select_related("call").filter(pk=sid) if _is_uuid(sid) else None
-        request = found.first() if found is not None else None
-        if request is None or request.call.user_id != self.user.pk:
-            raise MessageError("Unknown sampling request.")
-        if request.state != SamplingState.PENDING or not actions.do_answer_sampling(request.pk, action, text):
-            raise MessageError("This sampling request was already answered or closed.")
-        return request.call.channel, str(request.call_id)
-
-    def _pending_approvals(self) -> list[dict[str, Any]]:
-        return [approval.as_event() for approval in actions.do_list_pending_approvals(self.user)]
+    async def _act(self, action: Any, *args: Any) -> Any:
+        """`action` (sessions/actions.py) for this person, on the database's thread; what it refuses
+        goes back to the browser as the message's error."""
+        try:
+            return await database_sync_to_async(action)(self.user, *args)
+        except actions.ApprovalError as exc:
+            raise MessageError(str(exc)) from None
+        except actions.AnswerError as exc:
+            raise MessageError(str(exc), errors=exc.errors) from None
 
     def _start_call(self, asked: messages.Call) -> Any:
         # One trip to the database thread for both (each trip costs a thread hop and a connection check).
