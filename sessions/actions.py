@@ -46,6 +46,23 @@ class ApprovalError(Exception):
     """An answer the portal will not take; the text goes back to the browser."""
 
 
+class AnswerError(Exception):
+    """A Cancel, or an answer to a form or a sampling request, the portal will not act on; the text goes
+    back to the browser, with `errors` where an answer breaks the form's schema."""
+
+    def __init__(self, message: str, errors: list[dict[str, Any]] | None = None):
+        super().__init__(message)
+        self.errors = errors or []
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
 def _enqueue_on_commit(call_id: str) -> None:
     transaction.on_commit(lambda: queue.send("sessions.run_tool_call", (call_id,)))
 
@@ -390,6 +407,55 @@ def do_withdraw_member_requests(user_id: int, server_ids: list[int], reason: str
 
 def _send_to_call(channel: str, message: dict[str, Any]) -> None:
     async_to_sync(get_channel_layer().send)(channel, message)
+
+
+def do_running_call_channel(user: Any, call_id: str) -> str:
+    """Where the worker running the person's call listens for a Cancel."""
+    # Someone else's call and an unknown one get the same answer: ids are not for probing.
+    call = ToolCall.objects.filter(pk=call_id, user=user).first() if _is_uuid(call_id) else None
+    if call is None:
+        raise AnswerError("Unknown call.")
+    if call.status != CallStatus.RUNNING:
+        raise AnswerError(f"The call is {call.status}, not running: there is nothing to cancel.")
+    if not call.channel:
+        raise AnswerError("The call is starting; try again in a moment.")
+    return call.channel
+
+
+def do_take_elicitation_answer(user: Any, elicitation_id: str, action: str, content: Any) -> tuple[str, str]:
+    """Check the person's answer against the schema that was asked for, record it once, and say where
+    it goes: the call's channel and the call's id."""
+    found = Elicitation.objects.select_related("call").filter(pk=elicitation_id) if _is_uuid(elicitation_id) else None
+    elicitation = found.first() if found is not None else None
+    if elicitation is None or elicitation.call.user_id != user.pk:
+        raise AnswerError("Unknown elicitation.")
+    if elicitation.state != ElicitationState.PENDING:
+        raise AnswerError(f"This form was already closed ({elicitation.get_state_display().lower()}).")
+    if action == "accept" and elicitation.mode == "url":
+        content = None  # consent to open the page: the server gets no content
+    elif action == "accept":
+        errors = validate_answer(elicitation.schema, content)
+        if errors:
+            raise AnswerError("The answer does not match the form; nothing was sent.", errors)
+    if not do_answer_elicitation(elicitation.pk, action, content):
+        raise AnswerError("This form was already closed.")
+    return elicitation.call.channel, str(elicitation.call_id)
+
+
+def do_take_sampling_answer(user: Any, sampling_id: str, action: str, text: str) -> tuple[str, str]:
+    """Record the person's answer to a sampling request once, and say where it goes, as for forms."""
+    found = SamplingRequest.objects.select_related("call").filter(pk=sampling_id) if _is_uuid(sampling_id) else None
+    request = found.first() if found is not None else None
+    if request is None or request.call.user_id != user.pk:
+        raise AnswerError("Unknown sampling request.")
+    if request.state != SamplingState.PENDING or not do_answer_sampling(request.pk, action, text):
+        raise AnswerError("This sampling request was already answered or closed.")
+    return request.call.channel, str(request.call_id)
+
+
+def do_pending_approval_events(user: Any) -> list[dict[str, Any]]:
+    """The user's approvals still waiting, as the playground shows them."""
+    return [approval.as_event() for approval in do_list_pending_approvals(user)]
 
 
 @transaction.atomic

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -12,22 +11,12 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from servers.models import Server, ServerUnusable, usable_server
 
-from . import actions, limits, live, queue
+from . import actions, limits, live, messages, queue
 from .events import user_group
-from .mcp.elicitation import validate_answer
-from .models import CallStatus, Elicitation, ElicitationState, SamplingRequest, SamplingState, ToolCall
+from .messages import MAX_SUBSCRIPTIONS, MessageError
 
 logger = logging.getLogger(__name__)
 
-MAX_MESSAGE_BYTES = 1_000_000
-# Objects and arrays inside one another, the message itself counting as one: enough for any tool's
-# arguments, and far from the ~1,000 frames where Python's JSON encoder (the database's, the broker's)
-# raises RecursionError.
-MAX_DEPTH = 64
-MAX_REF = 200
-MAX_REQUEST_ID = 100
-MAX_URI = 2048
-MAX_SUBSCRIPTIONS = 50
 # Daphne refuses to send a WebSocket message over 1 MiB and closes the socket (1011); an event that
 # large (a huge result) goes without its large fields instead, saying so. The record keeps them.
 MAX_EVENT_BYTES = 1_000_000
@@ -43,118 +32,6 @@ def _shrunk(event: dict[str, Any], size: int) -> dict[str, Any]:
         f"{', '.join(dropped)} left out.{where}"
     )
     return kept
-
-
-MAX_SAMPLING_REPLY = 100_000
-
-
-class MessageError(Exception):
-    """A browser message the portal will not act on; its text goes back to the browser."""
-
-    errors: list[dict[str, Any]] = []
-
-    def __init__(self, message: str, kind: str = ""):
-        super().__init__(message)
-        self.kind = kind
-
-
-class InvalidAnswer(MessageError):
-    """An elicitation answer that breaks the requested schema: not forwarded; the form shows why."""
-
-    def __init__(self, errors: list[dict[str, Any]]):
-        super().__init__("The answer does not match the form; nothing was sent.")
-        self.errors = errors
-
-
-def _is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True
-
-
-def _server_id(content: dict[str, Any]) -> int:
-    value = content.get("server")
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise MessageError("'server' must be a server id (an integer).")
-    return value
-
-
-def _text(content: dict[str, Any], name: str, limit: int, required: bool = True) -> str:
-    value = content.get(name, "")
-    if not isinstance(value, str) or len(value) > limit or (required and not value):
-        raise MessageError(f"'{name}' must be a string of 1 to {limit} characters.")
-    return value
-
-
-def _strings(content: dict[str, Any], name: str, limit: int = 100_000, max_items: int = 100) -> dict[str, str]:
-    """An optional object of string values: prompt arguments, completion context."""
-    value = content.get(name, {})
-    if (
-        not isinstance(value, dict)
-        or len(value) > max_items
-        or not all(isinstance(k, str) and isinstance(v, str) and len(v) <= limit for k, v in value.items())
-    ):
-        raise MessageError(f"'{name}' must be an object of at most {max_items} string values.")
-    return value
-
-
-def _refuse_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
-
-
-TOO_DEEP = f"The message is nested too deeply: at most {MAX_DEPTH} levels of objects and arrays."
-
-
-def _check_shape(content: Any) -> None:
-    """Depth within MAX_DEPTH and no NUL in any string: walked with a list, not by recursion,
-    so no nesting can exhaust the stack."""
-    stack = [(content, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, str):
-            if "\x00" in value:
-                raise MessageError("The message contains a NUL character, which is not stored.")
-        elif isinstance(value, (dict, list)):
-            if depth > MAX_DEPTH:
-                raise MessageError(TOO_DEEP)
-            items = value.items() if isinstance(value, dict) else enumerate(value)
-            for key, item in items:
-                stack.append((key, depth))
-                stack.append((item, depth + 1))
-
-
-def _load_message(text: str) -> Any:
-    """The message as JSON that every database stores: Python's parser also takes NaN and Infinity,
-    and escapes for NUL or lone surrogates, which SQLite's and PostgreSQL's JSON columns refuse."""
-    try:
-        content = json.loads(text, parse_constant=_refuse_constant)
-    except RecursionError:
-        raise MessageError(TOO_DEEP) from None
-    except ValueError:
-        raise MessageError("The message is not valid JSON.") from None
-    _check_shape(content)
-    try:
-        json.dumps(content, ensure_ascii=False).encode("utf-8")  # a lone surrogate cannot be encoded
-    except UnicodeEncodeError:
-        raise MessageError("The message is not valid JSON.") from None
-    return content
-
-
-def _ref(content: dict[str, Any]) -> str | int | None:
-    """The browser's `ref`, echoed on answers: a short string or an integer, or absent."""
-    ref = content.get("ref")
-    if ref is None or (isinstance(ref, str) and len(ref) <= MAX_REF) or type(ref) is int:
-        return ref
-    raise MessageError(f"'ref' must be a string of at most {MAX_REF} characters or an integer.")
-
-
-def _flag(content: dict[str, Any], name: str) -> bool:
-    value = content.get(name, False)
-    if not isinstance(value, bool):
-        raise MessageError(f"'{name}' must be true or false.")
-    return value
 
 
 class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
@@ -186,23 +63,9 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         # Every message is untrusted: anything malformed gets an error reply, never a closed socket.
         ref = None
         try:
-            if text_data is None:
-                raise MessageError("Send JSON text frames.")
-            # Characters first (cheap), then the UTF-8 bytes the limit is stated in.
-            if (
-                len(text_data) > MAX_MESSAGE_BYTES
-                or len(text_data.encode("utf-8", "surrogatepass")) > MAX_MESSAGE_BYTES
-            ):
-                raise MessageError(f"Messages are limited to {MAX_MESSAGE_BYTES} bytes.")
-            content = _load_message(text_data)
-            if not isinstance(content, dict):
-                raise MessageError("A message must be a JSON object with a 'type'.")
-            ref = _ref(content)
-            kind = content.get("type")
-            handler = self.handlers.get(kind) if isinstance(kind, str) else None
-            if handler is None:
-                shown = json.dumps(kind)[:100] if isinstance(kind, str) or kind is None else "of the wrong kind"
-                raise MessageError(f"Unknown message type {shown}: 'type' must name one of the messages.")
+            content = messages.load(text_data)
+            ref = messages.ref(content)
+            handler = self.handlers[messages.kind(content, self.handlers)]
             await handler(self, content, ref)
         except MessageError as exc:
             reply: dict[str, Any] = {"type": "error", "ref": ref, "message": str(exc)}
@@ -225,16 +88,9 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
             )
 
     async def on_call(self, content: dict[str, Any], ref: Any) -> None:
-        server_id = _server_id(content)
-        tool = _text(content, "tool", 200)
-        arguments = content.get("arguments", {})
-        if not isinstance(arguments, dict):
-            raise MessageError("'arguments' must be a JSON object.")
-        # The page's name for this intent: sent twice (a double Ctrl+Enter, a resend after a
-        # reconnect), it answers with the first call's events instead of starting another.
-        request_id = _text(content, "request_id", MAX_REQUEST_ID) if "request_id" in content else None
+        asked = messages.call(content)
         try:
-            call = await database_sync_to_async(self._start_call)(server_id, tool, arguments, request_id)
+            call = await database_sync_to_async(self._start_call)(asked)
         except limits.RateLimited as exc:
             # Not started and not recorded (sessions/limits.py says why); the page is told when to retry.
             await self.send_json(
@@ -256,56 +112,47 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
                 "server": call.server_id,
                 "tool": call.tool,
                 "status": call.status,
-                **({"request_id": request_id} if request_id is not None else {}),
+                **({"request_id": asked.request_id} if asked.request_id is not None else {}),
             }
         )
         if call.finished:
             await self.send_json({"type": "call.ended", "ref": ref, **call.as_event()})
 
     async def on_list_tools(self, content: dict[str, Any], ref: Any) -> None:
-        refresh = _flag(content, "refresh")
+        refresh = messages.flag(content, "refresh")
         server = await self._usable_server(content)
         await self._to_session("sessions.list_tools", server, refresh)
 
     async def on_test_connection(self, content: dict[str, Any], ref: Any) -> None:
-        server_id = _server_id(content)
+        server_id = messages.server_id(content)
         if not await self._can_administer(server_id):
             raise MessageError("Only the team's admins can test its servers.")
         await self._usable_server(content)
         await self._to_session("sessions.test_connection", server_id)
 
     async def on_cancel_call(self, content: dict[str, Any], ref: Any) -> None:
-        call_id = _text(content, "call", 64)
-        channel = await self._running_call_channel(call_id)
+        call_id = messages.call_id(content)
+        channel = await self._act(actions.do_running_call_channel, call_id)
         await self.channel_layer.send(channel, {"type": "call.cancel"})
         await self.send_json({"type": "cancel.sent", "ref": ref, "call": call_id})
 
     async def on_answer_elicitation(self, content: dict[str, Any], ref: Any) -> None:
-        eid = _text(content, "elicitation", 64)
-        action = content.get("action")
-        if action not in ("accept", "decline", "cancel"):
-            raise MessageError("'action' must be accept, decline or cancel.")
-        answer = content.get("content") if action == "accept" else None
-        if action == "accept" and answer is None:
-            answer = {}
-        channel, call_id = await self._answer(eid, action, answer, ref)
+        answer = messages.elicitation_answer(content)
+        eid, action = answer.elicitation, answer.action
+        channel, call_id = await self._act(actions.do_take_elicitation_answer, eid, action, answer.content)
         await self.channel_layer.send(
-            channel, {"type": "elicitation.answer", "elicitation": eid, "action": action, "content": answer}
+            channel, {"type": "elicitation.answer", "elicitation": eid, "action": action, "content": answer.content}
         )
         # To every page of the person: the form closes in each tab that shows it, not only in this one.
         await self._tell_pages({"type": "elicitation.answered", "ref": ref, "call": call_id, "elicitation": eid})
 
     async def on_answer_sampling(self, content: dict[str, Any], ref: Any) -> None:
-        sid = _text(content, "sampling", 64)
-        action = content.get("action")
-        if action not in ("approve", "decline"):
-            raise MessageError("'action' must be approve or decline.")
-        approving = action == "approve"
-        text = _text(content, "text", MAX_SAMPLING_REPLY) if approving else ""
-        model = _text(content, "model", 200, required=False) if approving else ""
-        channel, call_id = await self._answer_sampling(sid, action, text)
+        answer = messages.sampling_answer(content)
+        sid, action = answer.sampling, answer.action
+        channel, call_id = await self._act(actions.do_take_sampling_answer, sid, action, answer.text)
         await self.channel_layer.send(
-            channel, {"type": "sampling.answer", "sampling": sid, "action": action, "text": text, "model": model}
+            channel,
+            {"type": "sampling.answer", "sampling": sid, "action": action, "text": answer.text, "model": answer.model},
         )
         await self._tell_pages({"type": "sampling.answered", "ref": ref, "call": call_id, "sampling": sid})
 
@@ -317,13 +164,12 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
 
     async def on_read_resource(self, content: dict[str, Any], ref: Any) -> None:
         server = await self._usable_server(content)
-        uri = _text(content, "uri", MAX_URI)
-        await self._to_session("sessions.read_resource", server, uri, ref)
+        await self._to_session("sessions.read_resource", server, messages.uri(content), ref)
 
     async def on_subscribe_resource(self, content: dict[str, Any], ref: Any) -> None:
         server = await self._usable_server(content)
         server_id = server.pk
-        uri = _text(content, "uri", MAX_URI)
+        uri = messages.uri(content)
         if (server_id, uri) not in self.subscriptions and len(self.subscriptions) >= MAX_SUBSCRIPTIONS:
             raise MessageError(f"A page may hold at most {MAX_SUBSCRIPTIONS} subscriptions.")
         # Asking again is harmless (the pool keeps a set of subscribers per URI), and retries one that failed.
@@ -331,8 +177,8 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         await self._to_session("sessions.subscribe_resource", server, uri, self.channel_name, ref)
 
     async def on_unsubscribe_resource(self, content: dict[str, Any], ref: Any) -> None:
-        server_id = _server_id(content)
-        uri = _text(content, "uri", MAX_URI)
+        server_id = messages.server_id(content)
+        uri = messages.uri(content)
         if (server_id, uri) in self.subscriptions:
             self.subscriptions.discard((server_id, uri))
             await self._to_session("sessions.unsubscribe_resource", server_id, uri, self.channel_name, ref)
@@ -345,24 +191,18 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
 
     async def on_get_prompt(self, content: dict[str, Any], ref: Any) -> None:
         server = await self._usable_server(content)
-        name = _text(content, "name", 200)
-        arguments = _strings(content, "arguments")
-        await self._to_session("sessions.get_prompt", server, name, arguments, ref)
+        await self._to_session("sessions.get_prompt", server, *messages.prompt(content), ref)
 
     async def on_complete(self, content: dict[str, Any], ref: Any) -> None:
         server = await self._usable_server(content)
-        if ("prompt" in content) == ("template" in content):
-            raise MessageError("Say what to complete: a 'prompt' name or a resource 'template'.")
-        target = {"prompt": _text(content, "prompt", 200)} if "prompt" in content else {}
-        target = target or {"template": _text(content, "template", MAX_URI)}
-        argument = _text(content, "argument", 200)
-        value = _text(content, "value", 10_000, required=False)
-        context = _strings(content, "context", limit=10_000)
-        await self._to_session("sessions.complete", server, target, argument, value, context, ref)
+        asked = messages.completion(content)
+        await self._to_session(
+            "sessions.complete", server, asked.target, asked.argument, asked.value, asked.context, ref
+        )
 
     async def on_list_approvals(self, content: dict[str, Any], ref: Any) -> None:
         # The playground asks on every (re)connect, so a reload never loses a waiting approval.
-        approvals = await database_sync_to_async(self._pending_approvals)()
+        approvals = await database_sync_to_async(actions.do_pending_approval_events)(self.user)
         await self.send_json({"type": "approvals", "ref": ref, "approvals": approvals})
 
     async def on_list_calls(self, content: dict[str, Any], ref: Any) -> None:
@@ -378,12 +218,7 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         await self.send_json({"type": "server.logs", "ref": ref, "server": server.pk, "lines": lines})
 
     async def on_answer_approval(self, content: dict[str, Any], ref: Any) -> None:
-        approval = _text(content, "approval", 64)
-        answer = _text(content, "answer", 20)
-        try:
-            await database_sync_to_async(actions.do_answer_approval)(self.user, approval, answer)
-        except actions.ApprovalError as exc:
-            raise MessageError(str(exc)) from None
+        await self._act(actions.do_answer_approval, *messages.approval_answer(content))
 
     handlers = {
         "call": on_call,
@@ -405,54 +240,20 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         "answer_approval": on_answer_approval,
     }
 
-    @database_sync_to_async
-    def _running_call_channel(self, call_id: str) -> str:
-        # Someone else's call and an unknown one get the same answer: ids are not for probing.
-        call = ToolCall.objects.filter(pk=call_id, user=self.user).first() if _is_uuid(call_id) else None
-        if call is None:
-            raise MessageError("Unknown call.")
-        if call.status != CallStatus.RUNNING:
-            raise MessageError(f"The call is {call.status}, not running: there is nothing to cancel.")
-        if not call.channel:
-            raise MessageError("The call is starting; try again in a moment.")
-        return call.channel
+    async def _act(self, action: Any, *args: Any) -> Any:
+        """`action` (sessions/actions.py) for this person, on the database's thread; what it refuses
+        goes back to the browser as the message's error."""
+        try:
+            return await database_sync_to_async(action)(self.user, *args)
+        except actions.ApprovalError as exc:
+            raise MessageError(str(exc)) from None
+        except actions.AnswerError as exc:
+            raise MessageError(str(exc), errors=exc.errors) from None
 
-    @database_sync_to_async
-    def _answer(self, eid: str, action: str, answer: Any, ref: Any) -> tuple[str, str]:
-        """Check the answer against the schema that was asked for, record it once, and say where it goes."""
-        found = Elicitation.objects.select_related("call").filter(pk=eid) if _is_uuid(eid) else None
-        elicitation = found.first() if found is not None else None
-        if elicitation is None or elicitation.call.user_id != self.user.pk:
-            raise MessageError("Unknown elicitation.")
-        if elicitation.state != ElicitationState.PENDING:
-            raise MessageError(f"This form was already closed ({elicitation.get_state_display().lower()}).")
-        if action == "accept" and elicitation.mode == "url":
-            answer = None  # consent to open the page: the server gets no content
-        elif action == "accept":
-            errors = validate_answer(elicitation.schema, answer)
-            if errors:
-                raise InvalidAnswer(errors)
-        if not actions.do_answer_elicitation(elicitation.pk, action, answer):
-            raise MessageError("This form was already closed.")
-        return elicitation.call.channel, str(elicitation.call_id)
-
-    @database_sync_to_async
-    def _answer_sampling(self, sid: str, action: str, text: str) -> tuple[str, str]:
-        found = SamplingRequest.objects.select_related("call").filter(pk=sid) if _is_uuid(sid) else None
-        request = found.first() if found is not None else None
-        if request is None or request.call.user_id != self.user.pk:
-            raise MessageError("Unknown sampling request.")
-        if request.state != SamplingState.PENDING or not actions.do_answer_sampling(request.pk, action, text):
-            raise MessageError("This sampling request was already answered or closed.")
-        return request.call.channel, str(request.call_id)
-
-    def _start_call(self, server_id: Any, tool: str, arguments: dict[str, Any], request_id: str | None) -> Any:
+    def _start_call(self, asked: messages.Call) -> Any:
         # One trip to the database thread for both (each trip costs a thread hop and a connection check).
         limits.take_tool_call(self.user.pk)
-        return actions.do_start_tool_call(self.user, server_id, tool, arguments, request_id)
-
-    def _pending_approvals(self) -> list[dict[str, Any]]:
-        return [approval.as_event() for approval in actions.do_list_pending_approvals(self.user)]
+        return actions.do_start_tool_call(self.user, asked.server, asked.tool, asked.arguments, asked.request_id)
 
     @database_sync_to_async
     def _to_session(self, task: str, server: Server | int, *args: Any) -> None:
@@ -469,7 +270,7 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
 
     async def _usable_server(self, content: dict[str, Any]) -> Server:
         """The message's server, by the one check of every way of using a server (servers/models.py)."""
-        server_id = _server_id(content)
+        server_id = messages.server_id(content)
         try:
             return await database_sync_to_async(usable_server)(server_id, self.user)
         except ServerUnusable as exc:

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from websockets.exceptions import ConnectionClosed
 
 from servers.models import Server
-from sessions.consumers import MAX_DEPTH, PlaygroundConsumer
+from sessions.consumers import PlaygroundConsumer
+from sessions.messages import MAX_DEPTH
 from sessions.models import FINISHED, ToolCall
 from tests.security.conftest import DaphneSocket
 from tests.ws import Playground, session_cookie

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from sessions.consumers import MAX_SUBSCRIPTIONS
+from sessions.messages import MAX_SUBSCRIPTIONS
 from tests.ws import Playground, session_cookie
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]

@@ -15,7 +15,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from servers.models import Server
 from sessions import worker
-from sessions.consumers import MAX_DEPTH, MAX_MESSAGE_BYTES, TOO_DEEP
+from sessions.messages import MAX_DEPTH, MAX_MESSAGE_BYTES, TOO_DEEP
 from sessions.models import ToolCall
 from tests.conftest import DEMO_ARGS, DEMO_COMMAND, ROOT, server_processes
 from tests.security.conftest import DaphneSocket
