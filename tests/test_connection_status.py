@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import time
@@ -14,13 +13,9 @@ from django.test import Client
 from servers.models import Server
 from sessions.models import ConnectionStatus
 from tests.conftest import DEMO_ARGS, DEMO_COMMAND, ROOT, ServerProcess, server_processes
-from tests.ws import Playground, session_cookie
+from tests.ws import Playground, run, session_cookie
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
-
-
-def run(coro):
-    return asyncio.run(coro)
 
 
 def eventually(check, timeout: float = 30):

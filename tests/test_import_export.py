@@ -12,10 +12,10 @@ import json
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import CommandError, call_command
-from django.test import Client
 from django.utils.html import escape
 
 from servers.models import Server, Team
+from tests.helpers import logged_in
 
 pytestmark = pytest.mark.django_db
 
@@ -43,12 +43,6 @@ def _docker_is_allowed(settings):
     # here the operator allows the one shape they use (tests/security/test_stdio_sandbox.py
     # shows an import refused for a command outside the list).
     settings.PORTAL_STDIO_COMMANDS = [*settings.PORTAL_STDIO_COMMANDS, "docker run -i {image}"]
-
-
-def logged_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def acme(user) -> Team:
