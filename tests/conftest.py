@@ -322,6 +322,14 @@ def carol(make_user):
 
 
 @pytest.fixture
+def acme(alice):
+    """The team Acme, with alice its admin."""
+    from servers.models import Team
+
+    return Team.objects.get(name="Acme")
+
+
+@pytest.fixture
 def demo_server(alice):
     from servers.models import Server
 

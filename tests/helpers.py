@@ -1,8 +1,10 @@
-"""Small helpers many tests share: a logged-in test client, the demo server as a pool's config, a probe's failure."""
+"""Small helpers many tests share: a logged-in test client, the demo server as a pool's config, a probe's
+failure, a login, a person's team, the worker's open connections, waiting for the worker's records."""
 
 from __future__ import annotations
 
 import sys
+import time
 
 import pytest
 from django.test import Client
@@ -39,3 +41,30 @@ def probe_failure(pool: ConnectionPool, config: ServerConfig):
     with pytest.raises(ConnectionFailed) as caught:
         pool.run(pool.probe(config), timeout=60)
     return caught.value.failure
+
+
+def login(client: Client, login: str, password: str, path: str = "/accounts/login/"):
+    """Post the login form as a person types it (a username or an email address); the answer."""
+    return client.post(path, {"login": login, "password": password})
+
+
+def team_of(user):
+    """The one team `user` is a member of."""
+    return user.memberships.get().team
+
+
+def live_keys(server_id: int, owner: str | None = None) -> list:
+    """The in-process worker's open connections to this server (of `owner`, e.g. "user:7", if given), by key."""
+    from sessions.worker import get_pool
+
+    return [key for key in get_pool()._connections if key.server_id == server_id and owner in (None, key.owner)]
+
+
+def eventually(check, timeout: float = 30) -> None:
+    """Wait until `check()` holds (the worker records statuses beside the calls, not before they end);
+    an AssertionError after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("the worker did not record it")
+        time.sleep(0.05)

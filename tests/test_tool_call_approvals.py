@@ -15,6 +15,7 @@ from servers.actions import do_add_rule
 from servers.models import PermissionRule
 from sessions.models import Approval, AuditEvent, ToolCall
 from sessions.tasks import run_tool_call
+from tests.helpers import team_of
 from tests.ws import Playground, run, session_cookie
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
@@ -27,10 +28,6 @@ def audit_of(call_id: str) -> list[tuple[str, str, str]]:
         .order_by("id")
         .values_list("kind", "decision", "outcome")
     ]
-
-
-def team_of(user):
-    return user.memberships.get().team
 
 
 def test_a_denied_tool_ends_rejected_with_the_rule_and_a_user_rule_cannot_loosen_it(alice, bob, demo_server):

@@ -14,8 +14,7 @@ import pytest
 from servers.models import Server
 from sessions.mcp.config import ServerConfig
 from sessions.mcp.ssrf import LOCAL_NETWORK, AddressRefused, NetworkPolicy, resolve
-from tests.helpers import probe_failure
-from tests.test_server_registry import logged_in
+from tests.helpers import logged_in, probe_failure
 
 STRICT = NetworkPolicy(allow_private=False)
 

@@ -17,7 +17,8 @@ from servers.models import Server
 from sessions.mcp.config import ServerConfig
 from sessions.mcp.errors import ConnectionFailed
 from tests.conftest import ROOT
-from tests.test_server_registry import logged_in, stdio_form
+from tests.helpers import logged_in
+from tests.test_server_registry import stdio_form
 
 FAULT_ARGS = ("-m", "tests.servers.fault_server")
 # What the SDK's default environment passes on (POSIX), and what Python itself may add (PEP 538).

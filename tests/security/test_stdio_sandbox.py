@@ -24,8 +24,8 @@ from sessions.mcp.config import ConnectionKey, ServerConfig
 from sessions.mcp.pool import ConnectionPool
 from sessions.mcp.processes import become_subreaper, group_members, stop_process_group
 from tests.conftest import DEMO_ARGS, ROOT
-from tests.helpers import probe_failure
-from tests.test_server_registry import logged_in, stdio_form
+from tests.helpers import logged_in, probe_failure
+from tests.test_server_registry import stdio_form
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed: `make test`")
 
