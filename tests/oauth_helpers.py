@@ -81,14 +81,14 @@ def worker_processes(server_id: int, user_id: int, count: int, tool: str | None 
     from django.conf import settings
     from django.db import connection
 
-    from tests.conftest import ROOT
+    from tests.conftest import ROOT, database_url_of
 
     env = dict(os.environ)
     db = connection.settings_dict
     if settings.EMBEDDED:
         env["PORTAL_SQLITE_PATH"] = str(db["NAME"])
     else:
-        env["DATABASE_URL"] = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+        env["DATABASE_URL"] = database_url_of(db)
     args = [sys.executable, "-m", "tests.worker_step", str(server_id), str(user_id), *([tool] if tool else [])]
     processes = [
         subprocess.Popen(args, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

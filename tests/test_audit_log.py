@@ -8,21 +8,15 @@ import json
 from datetime import timedelta
 
 import pytest
-from django.test import Client
 from django.utils import timezone
 
 from servers.models import PermissionRule
 from sessions import audit
 from sessions.actions import do_start_tool_call
 from sessions.models import AuditEvent
+from tests.helpers import logged_in
 
 pytestmark = pytest.mark.django_db
-
-
-def logged_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.mark.parametrize(

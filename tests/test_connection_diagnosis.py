@@ -13,24 +13,18 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from sessions.mcp.config import ServerConfig
-from sessions.mcp.failure import ConnectionFailed
-from sessions.mcp.pool import ConnectionPool, PoolSettings
+from sessions.mcp.pool import PoolSettings
 from sessions.mcp.ssrf import LOCAL_NETWORK
 from sessions.mcp.variables import MissingVariable, VariableNotAvailable, expand, expand_config
-from tests.conftest import ServerProcess
+from tests.conftest import ServerProcess, connection_pool
+from tests.helpers import probe_failure
 
 
 @pytest.fixture(scope="module")
 def pool():
-    pool = ConnectionPool(PoolSettings(health_seconds=0))
-    yield pool
-    pool.shutdown()
-
-
-def failure_of(pool: ConnectionPool, config: ServerConfig):
-    with pytest.raises(ConnectionFailed) as caught:
-        pool.run(pool.probe(config), timeout=60)
-    return caught.value.failure
+    """One pool for the module's tests, with the periodic health check off as in `pool`."""
+    with connection_pool(PoolSettings(health_seconds=0)) as pool:
+        yield pool
 
 
 @pytest.fixture(scope="module")
@@ -87,21 +81,21 @@ def self_signed_https_url(tmp_path_factory) -> Iterator[str]:
 
 
 def test_dns(pool):
-    failure = failure_of(
+    failure = probe_failure(
         pool, ServerConfig(network=LOCAL_NETWORK, name="x", transport="http", url="http://no-such-host.invalid/mcp")
     )
     assert failure.kind == "dns" and "no-such-host.invalid" in failure.message
 
 
 def test_dns_over_websocket(pool):
-    failure = failure_of(
+    failure = probe_failure(
         pool, ServerConfig(network=LOCAL_NETWORK, name="x", transport="websocket", url="ws://no-such-host.invalid/")
     )
     assert failure.kind == "dns"
 
 
 def test_tls(pool, self_signed_https_url):
-    failure = failure_of(
+    failure = probe_failure(
         pool, ServerConfig(network=LOCAL_NETWORK, name="x", transport="http", url=self_signed_https_url)
     )
     assert failure.kind == "tls" and "certificate" in failure.message.lower()
@@ -110,18 +104,18 @@ def test_tls(pool, self_signed_https_url):
 def test_401_needs_auth_over_http_and_sse(pool, token_server):
     for transport, path in (("http", "/mcp"), ("sse", "/sse")):
         url = f"http://127.0.0.1:{token_server.port}{path}"
-        failure = failure_of(pool, ServerConfig(network=LOCAL_NETWORK, name="x", transport=transport, url=url))
+        failure = probe_failure(pool, ServerConfig(network=LOCAL_NETWORK, name="x", transport=transport, url=url))
         assert (failure.kind, failure.status_code) == ("needs_auth", 401), transport
         assert "needs authorization" in failure.message
 
 
 def test_wrong_path_over_sse_and_websocket(pool, demo_sse_url, demo_http_url):
-    sse = failure_of(
+    sse = probe_failure(
         pool, ServerConfig(network=LOCAL_NETWORK, name="x", transport="sse", url=demo_sse_url.replace("/sse", "/nope"))
     )
     assert (sse.kind, sse.status_code) == ("http_status", 404) and "wrong path" in sse.message
     # A WebSocket client knocking on an HTTP-only endpoint gets an HTTP status, not a socket.
-    ws = failure_of(
+    ws = probe_failure(
         pool,
         ServerConfig(
             network=LOCAL_NETWORK, name="x", transport="websocket", url=demo_http_url.replace("http", "ws", 1)
@@ -143,7 +137,7 @@ def test_header_variables_are_expanded_from_the_portal_environment(pool, token_s
     assert pool.run(pool.probe(config), timeout=60)["tool_count"] > 0
     headers = {"X-Token": "${PORTAL_TEST_TOKEN}"}
     # Exposed to servers but not set in the portal's environment.
-    missing = failure_of(
+    missing = probe_failure(
         pool,
         ServerConfig(
             network=LOCAL_NETWORK,
@@ -158,7 +152,7 @@ def test_header_variables_are_expanded_from_the_portal_environment(pool, token_s
     assert "${PORTAL_TEST_TOKEN}" in missing.message and "header X-Token" in missing.message
     # Not exposed at all: never looked up, whatever the environment holds.
     monkeypatch.setenv("PORTAL_TEST_TOKEN", "s3cret")
-    refused = failure_of(
+    refused = probe_failure(
         pool, ServerConfig(network=LOCAL_NETWORK, name="x", transport="http", url=url, headers=headers)
     )
     assert refused.kind == "variable_not_available"
@@ -174,7 +168,7 @@ def test_process_exit_with_stderr(pool):
         args=("-c", "import sys; sys.stderr.write('fatal: no ${HOME} here\\n'); sys.exit(2)"),
         variables={"HOME": "/home/x"},
     )
-    failure = failure_of(pool, config)
+    failure = probe_failure(pool, config)
     assert failure.kind == "process_exited" and "fatal: no /home/x here" in failure.stderr_tail
 
 

@@ -10,18 +10,11 @@ import pytest
 
 from sessions.mcp.config import ConnectionKey, Negotiated, ServerConfig
 from sessions.mcp.failure import ConnectionFailed
-from sessions.mcp.pool import ConnectionPool, PoolSettings
 from sessions.mcp.ssrf import LOCAL_NETWORK
 from tests.conftest import ROOT
+from tests.helpers import stdio_demo
 
 LEGACY_SERVER = str(ROOT / "tests" / "servers" / "legacy_server.py")
-
-
-@pytest.fixture
-def pool():
-    pool = ConnectionPool(PoolSettings(health_seconds=0))
-    yield pool
-    pool.shutdown()
 
 
 def legacy_config(log: Path, **overrides) -> ServerConfig:
@@ -84,16 +77,8 @@ def test_what_was_remembered_for_another_config_is_ignored(tmp_path):
 
 
 def test_a_remembered_modern_server_is_adopted_without_a_probe(pool):
-    from tests.conftest import DEMO_ARGS
 
-    config = ServerConfig(
-        network=LOCAL_NETWORK,
-        name="demo",
-        transport="stdio",
-        command=sys.executable,
-        args=tuple(DEMO_ARGS),
-        cwd=str(ROOT),
-    )
+    config = stdio_demo()
     first = pool.run(pool.probe(config), timeout=60)
     assert first["era"] == "modern" and first["negotiated"]["discover"]["supportedVersions"]
     remembered = replace(config, negotiated=Negotiated.from_dict(first["negotiated"]))

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import sys
 from dataclasses import replace
 
 import anyio
@@ -15,28 +14,9 @@ import pytest
 from sessions.mcp.config import ConnectionKey, ServerConfig
 from sessions.mcp.errors import is_session_expired, is_terminal
 from sessions.mcp.failure import ConnectionFailed
-from sessions.mcp.pool import Connection, ConnectionPool, PoolSettings
+from sessions.mcp.pool import Connection
 from sessions.mcp.ssrf import LOCAL_NETWORK
-from tests.conftest import DEMO_ARGS, ROOT
-
-
-@pytest.fixture
-def pool():
-    pool = ConnectionPool(PoolSettings(health_seconds=0))
-    yield pool
-    pool.shutdown()
-
-
-def stdio_demo(**overrides) -> ServerConfig:
-    return ServerConfig(
-        network=LOCAL_NETWORK,
-        name="demo",
-        transport="stdio",
-        command=sys.executable,
-        args=tuple(DEMO_ARGS),
-        cwd=str(ROOT),
-        **overrides,
-    )
+from tests.helpers import stdio_demo
 
 
 def test_a_server_restarted_under_a_live_session_costs_one_retry(pool, restartable_http_server):

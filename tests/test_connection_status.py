@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
-import time
 import uuid
 
 import pytest
@@ -14,22 +12,10 @@ from django.test import Client
 from servers.models import Server
 from sessions.models import ConnectionStatus
 from tests.conftest import DEMO_ARGS, DEMO_COMMAND, ROOT, ServerProcess, server_processes
-from tests.ws import Playground, session_cookie
+from tests.helpers import eventually
+from tests.ws import Playground, run, session_cookie
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
-
-
-def run(coro):
-    return asyncio.run(coro)
-
-
-def eventually(check, timeout: float = 30):
-    """The worker records statuses beside the calls, not before they end: wait for the row."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("the worker did not record it")
-        time.sleep(0.05)
 
 
 async def seen_or_next(ws: Playground, type_: str, **match):

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 
 import pytest
 
 from sessions.mcp.config import ConnectionKey, ServerConfig
-from sessions.mcp.pool import ConnectionPool, PoolEvents, PoolSettings
+from sessions.mcp.pool import PoolEvents
 from sessions.mcp.ssrf import LOCAL_NETWORK
 from sessions.mcp.transports import HttpTrace, _http_client
-from tests.conftest import DEMO_ARGS, ROOT
+from tests.helpers import stdio_demo
 
 
 class Recorder(PoolEvents):
@@ -34,24 +33,16 @@ def recorder():
 
 
 @pytest.fixture
-def pool(recorder):
-    pool = ConnectionPool(PoolSettings(health_seconds=0), recorder)
-    yield pool
-    pool.shutdown()
+def pool_events(recorder):
+    """The `pool` fixture tells the recorder, which the tests read."""
+    return recorder
 
 
 @pytest.fixture(params=["stdio", "http", "sse", "websocket"])
 def transport_config(request) -> ServerConfig:
     transport = request.param
     if transport == "stdio":
-        return ServerConfig(
-            network=LOCAL_NETWORK,
-            name="demo",
-            transport="stdio",
-            command=sys.executable,
-            args=tuple(DEMO_ARGS),
-            cwd=str(ROOT),
-        )
+        return stdio_demo()
     url = request.getfixturevalue(
         {"http": "demo_http_url", "sse": "demo_sse_url", "websocket": "demo_websocket_url"}[transport]
     )
@@ -89,15 +80,7 @@ def test_it_calls_tools_with_progress_over_every_transport_in_both_eras(pool, tr
 
 @pytest.mark.parametrize("protocol", ["auto", "legacy"])
 def test_a_list_changed_notification_drops_the_cached_tools_and_is_reported(pool, recorder, protocol):
-    config = ServerConfig(
-        network=LOCAL_NETWORK,
-        name="demo",
-        transport="stdio",
-        command=sys.executable,
-        args=tuple(DEMO_ARGS),
-        cwd=str(ROOT),
-        protocol=protocol,
-    )
+    config = stdio_demo(protocol=protocol)
     key = ConnectionKey.for_owner(1, config, "user:1")
 
     async def scenario():
@@ -117,14 +100,7 @@ def test_a_list_changed_notification_drops_the_cached_tools_and_is_reported(pool
 
 
 def test_it_reports_pending_then_connected_then_closed(pool, recorder):
-    config = ServerConfig(
-        network=LOCAL_NETWORK,
-        name="demo",
-        transport="stdio",
-        command=sys.executable,
-        args=tuple(DEMO_ARGS),
-        cwd=str(ROOT),
-    )
+    config = stdio_demo()
     key = ConnectionKey.for_owner(1, config, "user:7")
     pool.run(pool.call_tool(key, config, "echo", {"message": "x"}), timeout=60)
     pool.run(pool.drop(key), timeout=30)

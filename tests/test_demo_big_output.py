@@ -3,28 +3,21 @@
 from __future__ import annotations
 
 import logging
-import sys
 
 import pytest
 
-from sessions.mcp.config import ConnectionKey, ServerConfig
+from sessions.mcp.config import ConnectionKey
 from sessions.mcp.demo_server import MAX_BIG_BYTES
-from sessions.mcp.pool import ConnectionPool, PoolSettings
-from sessions.mcp.ssrf import LOCAL_NETWORK
-from tests.conftest import DEMO_ARGS, ROOT
+from sessions.mcp.pool import PoolSettings
+from tests.helpers import stdio_demo
+
+CONFIG = stdio_demo()
+KEY = ConnectionKey.for_owner(1, CONFIG, "user:1")
 
 
 @pytest.fixture
-def pool():
-    pool = ConnectionPool(PoolSettings(idle_seconds=600))
-    yield pool
-    pool.shutdown()
-
-
-CONFIG = ServerConfig(
-    network=LOCAL_NETWORK, name="demo", transport="stdio", command=sys.executable, args=tuple(DEMO_ARGS), cwd=str(ROOT)
-)
-KEY = ConnectionKey.for_owner(1, CONFIG, "user:1")
+def pool_settings() -> PoolSettings:
+    return PoolSettings(idle_seconds=600)  # the pool's defaults: its periodic health check on
 
 
 def test_big_returns_exactly_the_bytes_asked_for(pool):

@@ -7,17 +7,11 @@ import json
 import re
 
 import pytest
-from django.test import Client
 from django.utils import timezone
 
 from sessions.models import ToolCall
+from tests.helpers import logged_in
 from tests.ws import Playground, session_cookie
-
-
-def logged_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def record(user, server, tool="echo", status="succeeded", **fields):

@@ -12,10 +12,10 @@ import json
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import CommandError, call_command
-from django.test import Client
 from django.utils.html import escape
 
-from servers.models import Server, Team
+from servers.models import Server
+from tests.helpers import logged_in, team_of
 
 pytestmark = pytest.mark.django_db
 
@@ -45,19 +45,9 @@ def _docker_is_allowed(settings):
     settings.PORTAL_STDIO_COMMANDS = [*settings.PORTAL_STDIO_COMMANDS, "docker run -i {image}"]
 
 
-def logged_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-def acme(user) -> Team:
-    return user.memberships.get().team
-
-
 def test_the_preview_shows_each_entry_and_creates_nothing(alice):
     response = logged_in(alice).post(
-        "/servers/import/", {"team": acme(alice).pk, "config": json.dumps(CONFIG), "preview": ""}
+        "/servers/import/", {"team": team_of(alice).pk, "config": json.dumps(CONFIG), "preview": ""}
     )
     assert response.status_code == 200
     page = response.content.decode()
@@ -75,27 +65,27 @@ def test_the_preview_shows_each_entry_and_creates_nothing(alice):
 
 def test_create_makes_the_new_servers_with_placeholders_kept(alice):
     response = logged_in(alice).post(
-        "/servers/import/", {"team": acme(alice).pk, "config": json.dumps(CONFIG), "create": ""}
+        "/servers/import/", {"team": team_of(alice).pk, "config": json.dumps(CONFIG), "create": ""}
     )
     assert response.status_code == 302 and response["Location"] == "/servers/"
     servers = {s.name: s for s in Server.objects.all()}
     assert set(servers) == {"filesystem", "github", "linear", "legacy"}
     assert servers["github"].env == {"GITHUB_TOKEN": "${GITHUB_TOKEN}"} and servers["github"].created_by == alice
     assert servers["linear"].headers == {"Authorization": "Bearer ${LINEAR_KEY}"}
-    assert servers["filesystem"].args[-1] == "/tmp" and servers["filesystem"].team == acme(alice)
+    assert servers["filesystem"].args[-1] == "/tmp" and servers["filesystem"].team == team_of(alice)
 
 
 def test_an_uploaded_file_works_like_a_pasted_one(alice):
     upload = SimpleUploadedFile("claude_desktop_config.json", json.dumps(CONFIG).encode("utf-8-sig"))
-    response = logged_in(alice).post("/servers/import/", {"team": acme(alice).pk, "upload": upload, "preview": ""})
+    response = logged_in(alice).post("/servers/import/", {"team": team_of(alice).pk, "upload": upload, "preview": ""})
     assert len(response.context["plan"].to_create) == 4
 
 
 def test_an_entry_in_error_blocks_everything_and_says_why(alice):
     broken = {"mcpServers": {**CONFIG["mcpServers"], "bad": {"command": "x", "args": "not-a-list"}}}
     client = logged_in(alice)
-    preview = client.post("/servers/import/", {"team": acme(alice).pk, "config": json.dumps(broken), "preview": ""})
-    created = client.post("/servers/import/", {"team": acme(alice).pk, "config": json.dumps(broken), "create": ""})
+    preview = client.post("/servers/import/", {"team": team_of(alice).pk, "config": json.dumps(broken), "preview": ""})
+    created = client.post("/servers/import/", {"team": team_of(alice).pk, "config": json.dumps(broken), "create": ""})
     for response in (preview, created):
         page = response.content.decode()
         assert response.status_code == 200 and "Some entries have errors" in page
@@ -106,18 +96,18 @@ def test_an_entry_in_error_blocks_everything_and_says_why(alice):
 def test_malformed_json_and_unknown_shapes_create_nothing(alice):
     client = logged_in(alice)
     for text, message in (('{"mcpServers": {', "This is not valid JSON"), ('{"tools": {}}', "Unknown shape")):
-        response = client.post("/servers/import/", {"team": acme(alice).pk, "config": text, "create": ""})
+        response = client.post("/servers/import/", {"team": team_of(alice).pk, "config": text, "create": ""})
         assert response.status_code == 200 and message in response.content.decode()
-    empty = client.post("/servers/import/", {"team": acme(alice).pk, "config": "  ", "preview": ""})
+    empty = client.post("/servers/import/", {"team": team_of(alice).pk, "config": "  ", "preview": ""})
     assert "Paste a configuration or choose a file." in empty.content.decode()
     assert Server.objects.count() == 0
 
 
 def test_importing_twice_creates_nothing_twice(alice):
     client = logged_in(alice)
-    data = {"team": acme(alice).pk, "config": json.dumps(CONFIG), "create": ""}
+    data = {"team": team_of(alice).pk, "config": json.dumps(CONFIG), "create": ""}
     client.post("/servers/import/", data)
-    again = client.post("/servers/import/", {"team": acme(alice).pk, "config": json.dumps(CONFIG), "preview": ""})
+    again = client.post("/servers/import/", {"team": team_of(alice).pk, "config": json.dumps(CONFIG), "preview": ""})
     assert {e.name: e.status for e in again.context["plan"].entries}["github"] == "duplicate"
     client.post("/servers/import/", data)
     assert Server.objects.count() == 4
@@ -125,19 +115,19 @@ def test_importing_twice_creates_nothing_twice(alice):
 
 def test_members_cannot_import_and_admins_only_into_their_own_teams(alice, bob, carol):
     assert logged_in(bob).get("/servers/import/").status_code == 403
-    assert logged_in(bob).post("/servers/import/", {"team": acme(bob).pk, "config": "{}"}).status_code == 403
+    assert logged_in(bob).post("/servers/import/", {"team": team_of(bob).pk, "config": "{}"}).status_code == 403
     # Carol administers Globex: Acme is not a choice for her.
     response = logged_in(carol).post(
-        "/servers/import/", {"team": acme(alice).pk, "config": json.dumps(CONFIG), "create": ""}
+        "/servers/import/", {"team": team_of(alice).pk, "config": json.dumps(CONFIG), "create": ""}
     )
     assert response.status_code == 200 and "Select a valid choice" in response.content.decode()
     assert Server.objects.count() == 0
 
 
 def test_export_page_and_download_hold_secrets_back(alice, bob, carol):
-    team = acme(alice)
+    team = team_of(alice)
     Server.objects.create(team=team, name="gh", command="docker", env={"GITHUB_TOKEN": "ghp_real_secret"})
-    Server.objects.create(team=acme(carol), name="globex-only", command="true")
+    Server.objects.create(team=team_of(carol), name="globex-only", command="true")
     page = logged_in(bob).get("/servers/export/")  # members may export: no secret leaves
     assert page.status_code == 200 and "ghp_real_secret" not in page.content.decode()
     assert "gh env GITHUB_TOKEN: the value was replaced by ${GITHUB_TOKEN}" in page.content.decode()
@@ -197,7 +187,7 @@ def test_the_import_command_refuses_errors_and_ambiguity(alice, carol, tmp_path)
 
 
 def test_the_catalog_shows_counts_status_and_what_each_server_needs(alice, bob, carol):
-    team = acme(alice)
+    team = team_of(alice)
     Server.objects.create(
         team=team,
         name="gh",
@@ -209,7 +199,7 @@ def test_the_catalog_shows_counts_status_and_what_each_server_needs(alice, bob, 
         tools=[{"name": "a"}, {"name": "b"}],
     )
     Server.objects.create(team=team, name="unlisted", command="true", enabled=False)
-    Server.objects.create(team=acme(carol), name="globex-secret-server", command="true")
+    Server.objects.create(team=team_of(carol), name="globex-secret-server", command="true")
     page = logged_in(bob).get("/servers/").content.decode()
     assert "globex-secret-server" not in page
     row = page[page.index(">gh<") :]
@@ -233,7 +223,7 @@ def test_the_preview_names_each_placeholder_that_will_not_be_filled(alice, setti
         }
     }
     response = logged_in(alice).post(
-        "/servers/import/", {"team": acme(alice).pk, "config": json.dumps(config), "preview": ""}
+        "/servers/import/", {"team": team_of(alice).pk, "config": json.dumps(config), "preview": ""}
     )
     unfilled = {e.name: {(p.text, p.why.split(":")[0]) for p in e.unfilled} for e in response.context["plan"].entries}
     assert unfilled == {
@@ -250,7 +240,7 @@ def test_the_preview_names_each_placeholder_that_will_not_be_filled(alice, setti
 
 
 def test_export_holds_back_only_what_looks_like_a_credential(alice):
-    team = acme(alice)
+    team = team_of(alice)
     Server.objects.create(
         team=team,
         name="api",
@@ -296,14 +286,14 @@ def test_the_preview_warns_of_credentials_in_the_clear_and_can_store_them_as_sec
 
     client = logged_in(alice)
     text = json.dumps(LITERAL)
-    preview = client.post("/servers/import/", {"team": acme(alice).pk, "config": text, "preview": ""})
+    preview = client.post("/servers/import/", {"team": team_of(alice).pk, "config": text, "preview": ""})
     page = preview.content.decode()
     assert "Looks like a credential, written in the clear: <code>Authorization</code>." in page
     assert "Looks like a credential, written in the clear: <code>DB_PASSWORD</code>." in page
     assert 'name="as_secrets"' in page and "X-Team</code>" not in page
 
     response = client.post(
-        "/servers/import/", {"team": acme(alice).pk, "config": text, "create": "", "as_secrets": "on"}
+        "/servers/import/", {"team": team_of(alice).pk, "config": text, "create": "", "as_secrets": "on"}
     )
     assert response.status_code == 302
     linear, db = Server.objects.get(name="linear"), Server.objects.get(name="db")
@@ -311,12 +301,12 @@ def test_the_preview_warns_of_credentials_in_the_clear_and_can_store_them_as_sec
     assert db.env == {"DB_PASSWORD": "${secret:DB_PASSWORD}", "TZ": "UTC"}
     stored = {(c.server.name, c.name, c.team_id, c.open()) for c in Credential.objects.all()}
     assert stored == {
-        ("linear", "AUTHORIZATION", acme(alice).pk, "lin_api_0123456789abcdef"),
-        ("db", "DB_PASSWORD", acme(alice).pk, "hunter2"),
+        ("linear", "AUTHORIZATION", team_of(alice).pk, "lin_api_0123456789abcdef"),
+        ("db", "DB_PASSWORD", team_of(alice).pk, "hunter2"),
     }
 
 
 def test_without_asking_the_credentials_are_stored_as_written(alice):
     text = json.dumps(LITERAL)
-    logged_in(alice).post("/servers/import/", {"team": acme(alice).pk, "config": text, "create": ""})
+    logged_in(alice).post("/servers/import/", {"team": team_of(alice).pk, "config": text, "create": ""})
     assert Server.objects.get(name="db").env == {"DB_PASSWORD": "hunter2", "TZ": "UTC"}

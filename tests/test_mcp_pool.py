@@ -7,35 +7,15 @@ import sys
 import pytest
 
 from sessions.mcp.config import ConnectionKey, ServerConfig
-from sessions.mcp.failure import ConnectionFailed
 from sessions.mcp.pool import ConnectionPool, PoolSettings
 from sessions.mcp.ssrf import LOCAL_NETWORK
-from tests.conftest import DEMO_ARGS, ROOT, free_port
-
-
-def stdio_demo(**overrides) -> ServerConfig:
-    return ServerConfig(
-        network=LOCAL_NETWORK,
-        name="demo",
-        transport="stdio",
-        command=sys.executable,
-        args=tuple(DEMO_ARGS),
-        cwd=str(ROOT),
-        **overrides,
-    )
+from tests.conftest import free_port
+from tests.helpers import probe_failure, stdio_demo
 
 
 @pytest.fixture
-def pool():
-    pool = ConnectionPool(PoolSettings(idle_seconds=600))
-    yield pool
-    pool.shutdown()
-
-
-def probe_failure(pool: ConnectionPool, config: ServerConfig):
-    with pytest.raises(ConnectionFailed) as caught:
-        pool.run(pool.probe(config), timeout=60)
-    return caught.value.failure
+def pool_settings() -> PoolSettings:
+    return PoolSettings(idle_seconds=600)  # the pool's defaults: its periodic health check on
 
 
 def test_it_reuses_the_connection_for_the_same_key(pool):

@@ -15,43 +15,29 @@ from sessions.mcp.failure import ConnectionFailed
 from sessions.mcp.pool import ConnectionPool, PoolSettings
 from sessions.mcp.resource_subscriptions import ResourceSubscriptions
 from sessions.mcp.ssrf import LOCAL_NETWORK
-from tests.conftest import DEMO_ARGS, ROOT
+from tests.conftest import DEMO_ARGS, ROOT, connection_pool
+from tests.helpers import stdio_demo
 
 GREETING = {"template": "demo://greeting/{name}"}
 REVIEW = {"prompt": "review"}
 
 
-def stdio_demo() -> ServerConfig:
-    return ServerConfig(
-        network=LOCAL_NETWORK,
-        name="demo",
-        transport="stdio",
-        command=sys.executable,
-        args=tuple(DEMO_ARGS),
-        cwd=str(ROOT),
-        request_timeout=10,
-    )
-
-
 @pytest.fixture(scope="module")
 def shared_pool():
     """One pool for the tests that leave their connection as they found it: one server start per transport."""
-    pool = ConnectionPool(PoolSettings(idle_seconds=600))
-    yield pool
-    pool.shutdown()
+    with connection_pool(PoolSettings(idle_seconds=600)) as pool:
+        yield pool
 
 
 @pytest.fixture
-def pool():
-    pool = ConnectionPool(PoolSettings(idle_seconds=600))
-    yield pool
-    pool.shutdown()
+def pool_settings() -> PoolSettings:
+    return PoolSettings(idle_seconds=600)  # the pool's defaults: its periodic health check on
 
 
 @pytest.fixture(params=["stdio", "http"])
 def demo(request) -> ServerConfig:
     if request.param == "stdio":
-        return stdio_demo()
+        return stdio_demo(request_timeout=10)
     url = request.getfixturevalue("demo_http_url")
     return ServerConfig(network=LOCAL_NETWORK, name="demo-http", transport="http", url=url, request_timeout=10)
 
@@ -200,7 +186,7 @@ def test_a_subscription_delivers_updates_until_the_last_subscriber_leaves(shared
 
 
 def test_a_subscription_ends_with_a_notice_when_the_connection_goes(pool):
-    demo = stdio_demo()
+    demo = stdio_demo(request_timeout=10)
     key = key_for(demo)
     inbox = Inbox()
 
@@ -214,7 +200,7 @@ def test_a_subscription_ends_with_a_notice_when_the_connection_goes(pool):
 
 
 def test_a_subscribed_connection_is_not_reaped_as_idle(pool):
-    demo = stdio_demo()
+    demo = stdio_demo(request_timeout=10)
     key = key_for(demo)
     pool.settings.idle_seconds = 0
 
@@ -228,7 +214,7 @@ def test_a_subscribed_connection_is_not_reaped_as_idle(pool):
 
 
 def test_unsubscribing_without_a_connection_opens_none(pool):
-    demo = stdio_demo()
+    demo = stdio_demo(request_timeout=10)
     assert pool.run(pool.unsubscribe_resource(key_for(demo), demo, "demo://counter"), timeout=10) is False
     assert len(pool) == 0
 

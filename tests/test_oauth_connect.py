@@ -2,32 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
-from django.test import Client
 
 from servers.credentials.models import Credential
+from tests.helpers import logged_in
 from tests.oauth_helpers import approve, authorization_url, connect, stats
-from tests.ws import Playground, session_cookie
+from tests.ws import call
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
-
-
-def logged_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-def call(user, server, tool: str, **arguments):
-    cookie = session_cookie(user)
-
-    async def scenario():
-        async with Playground(cookie) as ws:
-            return await ws.call(server.pk, tool, arguments)
-
-    return asyncio.run(scenario())
 
 
 def test_it_connects_through_the_browser_flow_and_calls_as_that_user(alice, oauth_server, oauth_base):

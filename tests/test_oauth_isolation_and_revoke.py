@@ -9,10 +9,9 @@ from django.conf import settings
 
 from servers.credentials.models import Credential
 from sessions.models import ConnectionStatus
+from tests.helpers import eventually, live_keys, logged_in
 from tests.oauth_helpers import connect
-from tests.test_connection_status import eventually
-from tests.test_oauth_connect import call, logged_in
-from tests.ws import Playground, session_cookie
+from tests.ws import Playground, call, session_cookie
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
 
@@ -50,12 +49,6 @@ def test_a_team_connection_serves_members_without_their_own(alice, bob, oauth_se
     assert "Only the team" in refused.content.decode()
 
 
-def _live_keys(server_id: int) -> list:
-    from sessions.worker import get_pool
-
-    return [key for key in get_pool()._connections if key.server_id == server_id]
-
-
 def _status_row(server, user):
     """What the worker reports about the connection, in either mode: its row (gone once closed)."""
     return ConnectionStatus.objects.filter(server=server, owner=f"user:{user.pk}").first()
@@ -69,7 +62,7 @@ def test_revoke_deletes_the_token_and_closes_the_workers_connection(alice, oauth
     # The worker holds a live connection: its status row says so (the worker may be another process).
     eventually(lambda: (row := _status_row(oauth_server, alice)) is not None and row.status == "connected")
     if settings.EMBEDDED:  # the pool is in this process: look at it too
-        assert len(_live_keys(oauth_server.pk)) == 1
+        assert len(live_keys(oauth_server.pk)) == 1
 
     row = Credential.objects.get(server=oauth_server, user=alice, kind="oauth")
     page = client.get("/credentials/tokens/").content.decode()
@@ -80,6 +73,6 @@ def test_revoke_deletes_the_token_and_closes_the_workers_connection(alice, oauth
     # The worker acts on the broadcast: it closes the connection, and closing removes its row.
     eventually(lambda: _status_row(oauth_server, alice) is None, timeout=10)
     if settings.EMBEDDED:
-        assert not _live_keys(oauth_server.pk), "the revoked connection stayed open"
+        assert not live_keys(oauth_server.pk), "the revoked connection stayed open"
     ended = call(alice, oauth_server, "whoami")
     assert ended["error_kind"] == "needs_auth", ended

@@ -15,33 +15,21 @@ import httpx
 import pytest
 from asgiref.sync import async_to_sync
 from django.conf import settings
-from django.test import Client
 from mcp.shared.auth import OAuthClientInformationFull
 
 from servers.credentials.models import Credential
 from sessions.connection_needs import clear_needs_auth, owner_of
 from sessions.oauth import CredentialRowStore
 from tests.conftest import ROOT, free_port, stop, wait_for_port
+from tests.helpers import logged_in
 from tests.oauth_helpers import approve, authorization_url, connect, control, stats
-from tests.ws import Playground, session_cookie
+from tests.ws import Playground, call, session_cookie
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
 
 
-def logged_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
-
-
 def whoami(user, server) -> dict:
-    cookie = session_cookie(user)
-
-    async def scenario():
-        async with Playground(cookie) as ws:
-            return await ws.call(server.pk, "whoami", {})
-
-    return asyncio.run(scenario())
+    return call(user, server, "whoami")
 
 
 def test_a_portal_served_on_another_port_makes_that_port_its_redirect_uri(tmp_path):

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from servers.credentials.models import Credential
+from tests.helpers import logged_in
 from tests.oauth_helpers import connect, control, expire_stored_token, stats, worker_processes
-from tests.test_oauth_connect import call, logged_in
+from tests.ws import call
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
 

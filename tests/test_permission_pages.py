@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 
 from servers.models import PermissionRule, TeamPolicy
 from sessions.models import AuditEvent
+from tests.helpers import logged_in
 
 pytestmark = pytest.mark.django_db
 
@@ -20,12 +20,6 @@ TOOLS = [
     },
     {"name": "crash", "description": "Exit.", "annotations": {"destructiveHint": True}, "inputSchema": {}},
 ]
-
-
-def logged_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 
@@ -11,13 +10,9 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from servers.models import Server
-from tests.ws import Playground, session_cookie
+from tests.ws import Playground, run, session_cookie
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
-
-
-def run(coro):
-    return asyncio.run(coro)
 
 
 def test_it_lists_resources_and_templates_and_records_the_counts(alice, demo_server):

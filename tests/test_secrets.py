@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import hashlib
 
@@ -13,7 +12,7 @@ from servers.credentials.models import Credential
 from sessions.mcp.config import ServerConfig
 from sessions.mcp.secrets import MissingSecrets, redact, referenced_secrets
 from sessions.mcp.variables import expand_config
-from tests.ws import Playground, session_cookie
+from tests.ws import call
 
 
 def test_it_expands_references_everywhere_a_config_holds_text():
@@ -48,16 +47,6 @@ def keyed_server(demo_server):
     demo_server.env = {"DEMO_KEY": "${secret:DEMO_KEY}"}
     demo_server.save()
     return demo_server
-
-
-def call(user, server, tool: str, **arguments):
-    cookie = session_cookie(user)
-
-    async def scenario():
-        async with Playground(cookie) as ws:
-            return await ws.call(server.pk, tool, arguments)
-
-    return asyncio.run(scenario())
 
 
 def set_secret(user, server, value: str, for_team: bool = False):

@@ -15,8 +15,8 @@ from django.core import serializers
 from servers.credentials.models import Credential
 from servers.models import Server
 from tests.conftest import free_port
+from tests.helpers import logged_in
 from tests.oauth_helpers import connect
-from tests.test_oauth_connect import logged_in
 from tests.test_secrets import set_secret
 from tests.ws import Playground, session_cookie
 

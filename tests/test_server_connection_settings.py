@@ -5,11 +5,11 @@ from __future__ import annotations
 import html
 
 import pytest
-from django.test import Client
 
 from servers.models import Server
 from sessions.mcp.naming import MAX_DESCRIPTION_LENGTH, TRUNCATED_SUFFIX, full_tool_names
 from sessions.models import ConnectionStatus
+from tests.helpers import logged_in
 
 pytestmark = pytest.mark.django_db
 
@@ -18,12 +18,6 @@ pytestmark = pytest.mark.django_db
 def example_token_exposed(settings):
     # The forms below refer to ${EXAMPLE_TOKEN}: a variable the operator exposes to servers.
     settings.PORTAL_SERVER_VARIABLES = ["EXAMPLE_TOKEN"]
-
-
-def logged_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def remote_form(team, **overrides):

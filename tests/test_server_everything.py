@@ -15,9 +15,8 @@ import pytest
 
 from sessions.mcp.config import ConnectionKey, ServerConfig
 from sessions.mcp.failure import ConnectionFailed
-from sessions.mcp.pool import ConnectionPool
 from sessions.mcp.ssrf import LOCAL_NETWORK
-from tests.conftest import NODE, ROOT
+from tests.conftest import NODE, ROOT, connection_pool
 
 ENTRY = ROOT / "tests/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 
@@ -36,9 +35,8 @@ def everything():
         args=(str(ENTRY), "stdio"),
         request_timeout=15,
     )
-    pool = ConnectionPool()
-    yield pool, config, ConnectionKey.for_owner(1, config, "user:1")
-    pool.shutdown()
+    with connection_pool() as pool:
+        yield pool, config, ConnectionKey.for_owner(1, config, "user:1")
 
 
 def test_it_lists_reads_and_fills_templates(everything):

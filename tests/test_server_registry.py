@@ -5,18 +5,12 @@ from __future__ import annotations
 import sys
 
 import pytest
-from django.test import Client
 
 from servers.models import Server
 from tests.conftest import DEMO_ARGS, ROOT
+from tests.helpers import logged_in
 
 pytestmark = pytest.mark.django_db
-
-
-def logged_in(user) -> Client:
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def stdio_form(team, **overrides):

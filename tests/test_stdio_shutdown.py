@@ -7,22 +7,10 @@ import sys
 import anyio
 import pytest
 
-from sessions.mcp.config import ConnectionKey, ServerConfig
+from sessions.mcp.config import ConnectionKey
 from sessions.mcp.pool import ConnectionPool, PoolSettings
 from sessions.mcp.processes import StopSchedule, become_subreaper, group_members, stop_process_group
-from sessions.mcp.ssrf import LOCAL_NETWORK
-from tests.conftest import DEMO_ARGS, ROOT
-
-
-def stdio_demo() -> ServerConfig:
-    return ServerConfig(
-        network=LOCAL_NETWORK,
-        name="demo",
-        transport="stdio",
-        command=sys.executable,
-        args=tuple(DEMO_ARGS),
-        cwd=str(ROOT),
-    )
+from tests.helpers import stdio_demo
 
 
 def leftovers(pgid: int) -> list[tuple[int, str, int]]:

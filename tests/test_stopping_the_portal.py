@@ -28,8 +28,7 @@ from sessions.models import (
     SamplingRequest,
     ToolCall,
 )
-from tests.browser.conftest import _portal_env, _wait_until_healthy
-from tests.conftest import ROOT, free_port, wait_for_port
+from tests.conftest import PortalProcess
 from tests.security.conftest import DaphneSocket
 from tests.test_worker_affinity import start_worker, wait_until
 from tests.ws import Playground, session_cookie
@@ -40,43 +39,22 @@ embedded_only = pytest.mark.skipif(not settings.EMBEDDED, reason="in the distrib
 STOPPED_WITHIN = 5.0
 
 
-class Portal:
+class Portal(PortalProcess):
     """`manage.py runportal` on a free port, on the test database, with its stderr kept apart."""
 
     def __init__(self, tmp: Path):
         from django.db import connection
 
-        self.port = free_port()
-        self.stdout_path, self.stderr_path = tmp / "portal.out", tmp / "portal.err"
-        self.process = subprocess.Popen(
-            [sys.executable, "manage.py", "runportal", "--port", str(self.port)],
-            cwd=ROOT,
-            env=_portal_env(dict(connection.settings_dict)),
-            stdout=self.stdout_path.open("w"),
-            stderr=self.stderr_path.open("w"),
-        )
-        self.url = f"http://127.0.0.1:{self.port}"
-        wait_for_port(self.port, timeout=60, process=self.process)
-        _wait_until_healthy(self.url, self.process)
-
-    @property
-    def socket_address(self) -> dict[str, Any]:
-        return {"ws": f"ws://127.0.0.1:{self.port}/ws/playground/", "origin": self.url}
+        super().__init__(connection.settings_dict, tmp / "portal.out", errors=tmp / "portal.err")
+        self.start()
 
     def stop(self, signum: int) -> float:
         """Send `signum`; the seconds until the process ended (killed after 30 s, then it counts as 30)."""
-        sent = time.monotonic()
-        self.process.send_signal(signum)
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
-        return time.monotonic() - sent
+        return super().stop(signum, patience=30)
 
     @property
     def stderr(self) -> str:
-        return self.stderr_path.read_text()
+        return self.errors.read_text()
 
 
 @pytest.fixture

@@ -11,17 +11,11 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from sessions.models import Approval, ConnectionStatus, ToolCall
+from tests.helpers import eventually, live_keys
 from tests.teams import TeamPages, membership
-from tests.test_connection_status import eventually
 from tests.ws import Playground, session_cookie
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
-
-
-def _live_keys(server_id: int, owner: str) -> list:
-    from sessions.worker import get_pool
-
-    return [key for key in get_pool()._connections if key.server_id == server_id and key.owner == owner]
 
 
 def _connected(server, user) -> bool:
@@ -87,7 +81,7 @@ def test_a_removed_member_loses_their_connection_approvals_and_the_teams_servers
     # The worker closed the connection that served bob (closing removes its status row).
     eventually(lambda: not ConnectionStatus.objects.filter(server=demo_server, owner=f"user:{bob.pk}").exists(), 10)
     if settings.EMBEDDED:
-        assert not _live_keys(demo_server.pk, f"user:{bob.pk}"), "the removed member's connection stayed open"
+        assert not live_keys(demo_server.pk, f"user:{bob.pk}"), "the removed member's connection stayed open"
     # Their records stay.
     assert ToolCall.objects.filter(user=bob).count() == 3
 

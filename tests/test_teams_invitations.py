@@ -9,17 +9,12 @@ from django.contrib.auth import get_user_model
 from django.core import mail
 from django.utils import timezone
 
-from servers.models import Invitation, Team
+from servers.models import Invitation
 from servers.team_actions import hash_token
 from sessions.models import AuditEvent
 from tests.teams import TeamPages, membership
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def acme(alice):
-    return Team.objects.get(name="Acme")
 
 
 def test_an_admin_invites_and_the_invitee_signs_up_through_the_link_with_signup_closed(

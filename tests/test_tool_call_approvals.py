@@ -6,7 +6,6 @@ The demo server's `write_note` is neither read-only nor destructive (the default
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import pytest
@@ -16,13 +15,10 @@ from servers.actions import do_add_rule
 from servers.models import PermissionRule
 from sessions.models import Approval, AuditEvent, ToolCall
 from sessions.tasks import run_tool_call
-from tests.ws import Playground, session_cookie
+from tests.helpers import team_of
+from tests.ws import Playground, run, session_cookie
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
-
-
-def run(coro):
-    return asyncio.run(coro)
 
 
 def audit_of(call_id: str) -> list[tuple[str, str, str]]:
@@ -32,10 +28,6 @@ def audit_of(call_id: str) -> list[tuple[str, str, str]]:
         .order_by("id")
         .values_list("kind", "decision", "outcome")
     ]
-
-
-def team_of(user):
-    return user.memberships.get().team
 
 
 def test_a_denied_tool_ends_rejected_with_the_rule_and_a_user_rule_cannot_loosen_it(alice, bob, demo_server):

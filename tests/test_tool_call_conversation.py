@@ -3,7 +3,6 @@ through a real worker to the real demo server, in both protocol eras."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from pathlib import Path
@@ -11,13 +10,9 @@ from pathlib import Path
 import pytest
 
 from sessions.models import Elicitation, SamplingRequest, ToolCall
-from tests.ws import Playground, session_cookie
+from tests.ws import Playground, run, session_cookie
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
-
-
-def run(coro):
-    return asyncio.run(coro)
 
 
 @pytest.fixture(params=["auto", "legacy"])

@@ -10,13 +10,9 @@ import pytest
 
 from sessions.models import Elicitation, ToolCall
 from tests.servers.fault_server import TOOLS as FAULT_TOOLS
-from tests.ws import Playground, session_cookie
+from tests.ws import Playground, run, session_cookie
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
-
-
-def run(coro):
-    return asyncio.run(coro)
 
 
 def test_the_same_request_id_twice_is_one_call(alice, demo_server):

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from sessions.models import ToolCall
-from tests.ws import Playground, session_cookie
+from tests.ws import Playground, run, session_cookie
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]
-
-
-def run(coro):
-    return asyncio.run(coro)
 
 
 def test_it_calls_echo_and_records_the_call(alice, demo_server):

@@ -18,7 +18,7 @@ from django.conf import settings
 
 from sessions import affinity
 from sessions.models import ToolCall
-from tests.conftest import DEMO_ARGS, ROOT, server_processes, stop
+from tests.conftest import DEMO_ARGS, ROOT, database_url_of, server_processes, stop
 from tests.ws import Playground, session_cookie
 
 pytestmark = [
@@ -30,11 +30,9 @@ pytestmark = [
 def start_worker(queue: str, label: str, log: Path) -> subprocess.Popen:
     from django.db import connection
 
-    db = connection.settings_dict
-    url = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
     env = {
         **os.environ,
-        "DATABASE_URL": url,
+        "DATABASE_URL": database_url_of(connection.settings_dict),
         "CELERY_QUEUE": queue,
         "PORTAL_WORKER_HEARTBEAT_SECONDS": "0.5",
         "MCP_HEALTH_CHECK_SECONDS": "0",

@@ -1,22 +1,41 @@
-"""A logged-in playground WebSocket for tests, through the real ASGI application."""
+"""A logged-in playground WebSocket for tests, through the real ASGI application; run() for a test's async
+scenario, call() for one call as a person."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from collections.abc import Coroutine
+from typing import Any, TypeVar
 
 from channels.testing import WebsocketCommunicator
 from django.test import Client
 
 ORIGIN = b"http://127.0.0.1:8000"
 HOST = b"127.0.0.1:8000"  # the page's own origin is ORIGIN: the Origin check compares scheme, host and port
+T = TypeVar("T")
 
 
 def session_cookie(user) -> bytes:
     client = Client()
     client.force_login(user)
     return f"sessionid={client.cookies['sessionid'].value}".encode()
+
+
+def run(scenario: Coroutine[Any, Any, T]) -> T:
+    """Run a test's async scenario (the socket's side of it) to its end in a new event loop; what it returns."""
+    return asyncio.run(scenario)
+
+
+def call(user, server, tool: str, **arguments) -> dict[str, Any]:
+    """One call of `tool` on `server` as `user`, through a playground socket of their own; its call.ended event."""
+    cookie = session_cookie(user)
+
+    async def scenario():
+        async with Playground(cookie) as ws:
+            return await ws.call(server.pk, tool, arguments)
+
+    return asyncio.run(scenario())
 
 
 class Playground:

@@ -10,11 +10,6 @@ they create are committed, and therefore visible to that other process.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +17,7 @@ import pytest
 from django.conf import settings
 
 from tests import conftest
-from tests.conftest import ROOT, stop, wait_for_port
+from tests.conftest import ROOT, PortalProcess
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -50,38 +45,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 # -- the portal process ---------------------------------------------------------------------
 
 
-def _portal_env(db: dict) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
-    if settings.EMBEDDED:
-        # The test database is a file (var/test.sqlite3) that both processes open in WAL mode.
-        env.pop("DATABASE_URL", None)
-        env.pop("REDIS_URL", None)
-        env["PORTAL_SQLITE_PATH"] = str(db["NAME"])
-    else:
-        # Same Redis, queue and channel prefix as this run (from the environment), test database.
-        env["DATABASE_URL"] = f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-    return env
-
-
-def _wait_until_healthy(url: str, process: subprocess.Popen, timeout: float = 60.0) -> None:
-    # An open port is not enough: a call needs the worker, whose heartbeat /healthz reports.
-    deadline = time.monotonic() + timeout
-    last = ""
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the portal exited with {process.returncode}")
-        try:
-            with urllib.request.urlopen(url + "/healthz", timeout=5) as response:
-                if response.status == 200:
-                    return
-        except urllib.error.HTTPError as exc:
-            last = exc.read().decode(errors="replace")
-        except OSError as exc:
-            last = str(exc)
-        time.sleep(0.1)
-    raise TimeoutError(f"the portal at {url} did not become healthy: {last}")
-
-
 @pytest.fixture(scope="module")
 def live_portal(django_db_setup, django_db_blocker, worker) -> Iterator[dict]:
     """The real portal on a free port, on the test database; yields {"url", "log"}.
@@ -95,28 +58,17 @@ def live_portal(django_db_setup, django_db_blocker, worker) -> Iterator[dict]:
         db = dict(connection.settings_dict)
     # The address every process of the run was told (SITE_URL, for the OAuth redirect URI).
     port = conftest.LIVE_PORTAL_PORT
-    log_path = Path(settings.VAR_DIR) / f"test-browser-portal-{port}.log"
-    log = open(log_path, "w")  # noqa: SIM115 - closed below
-    process = subprocess.Popen(
-        [sys.executable, "manage.py", "runportal", "--port", str(port)],
-        cwd=ROOT,
-        env=_portal_env(db),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
+    portal = PortalProcess(db, Path(settings.VAR_DIR) / f"test-browser-portal-{port}.log", port=port)
     try:
-        wait_for_port(port, timeout=60, process=process)
-        _wait_until_healthy(url, process)
+        portal.start()
         # Guard against testing the wrong thing: the process must run in this run's mode.
         banner = "(embedded:" if settings.EMBEDDED else "(distributed)"
-        assert banner in log_path.read_text(), log_path.read_text()
-        yield {"url": url, "log": log_path, "process": process}
+        assert banner in portal.log.read_text(), portal.log.read_text()
+        yield {"url": portal.url, "log": portal.log, "process": portal.process}
     finally:
-        stop(process)
-        log.close()
+        portal.stop()
         # The log is only worth keeping when something went wrong (it is printed then).
-        log_path.unlink(missing_ok=True)
+        portal.log.unlink(missing_ok=True)
 
 
 # -- the browser ----------------------------------------------------------------------------

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,8 +10,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
-from tests.browser.conftest import _portal_env, _wait_until_healthy
-from tests.conftest import ROOT, free_port, stop, wait_for_port
+from tests.conftest import PortalProcess, free_port
 
 
 @pytest.fixture(scope="module")
@@ -26,24 +23,13 @@ def daphne_portal(django_db_setup, django_db_blocker, worker) -> Iterator[dict[s
     with django_db_blocker.unblock():
         db = dict(connection.settings_dict)
     port = free_port()
-    log_path = Path(settings.VAR_DIR) / f"test-daphne-{port}.log"
-    log = open(log_path, "w")  # noqa: SIM115 - closed below
-    process = subprocess.Popen(
-        [sys.executable, "manage.py", "runportal", "--port", str(port)],
-        cwd=ROOT,
-        env=_portal_env(db),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
+    portal = PortalProcess(db, Path(settings.VAR_DIR) / f"test-daphne-{port}.log", port=port)
     try:
-        wait_for_port(port, timeout=60, process=process)
-        _wait_until_healthy(url, process)
-        yield {"url": url, "ws": f"ws://127.0.0.1:{port}/ws/playground/", "origin": url, "log": log_path}
+        portal.start()
+        yield {"url": portal.url, **portal.socket_address, "log": portal.log}
     finally:
-        stop(process)
-        log.close()
-        log_path.unlink(missing_ok=True)
+        portal.stop()
+        portal.log.unlink(missing_ok=True)
 
 
 class DaphneSocket:

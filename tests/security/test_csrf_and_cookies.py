@@ -14,14 +14,14 @@ import pytest
 from django.test import Client
 
 from tests.conftest import ROOT
+from tests.helpers import logged_in
 
 pytestmark = pytest.mark.django_db
 
 
 def logged_in_browser(user) -> Client:
-    client = Client(enforce_csrf_checks=True)
-    client.force_login(user)
-    return client
+    """Logged in, and refused without a CSRF token as a browser's request would be."""
+    return logged_in(user, enforce_csrf_checks=True)
 
 
 def csrf_token(client: Client, page: str) -> str:

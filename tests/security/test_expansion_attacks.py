@@ -17,8 +17,9 @@ from servers.models import Server
 from sessions import credentials, worker
 from sessions.mcp.pool import ConnectionPool, PoolSettings
 from tests.conftest import ROOT
+from tests.helpers import logged_in
 from tests.test_secrets_never_leak import database_text
-from tests.test_server_registry import logged_in, stdio_form
+from tests.test_server_registry import stdio_form
 from tests.ws import Playground, session_cookie
 
 REAL_KEY = "the-real-django-key-0451-do-not-leak"

@@ -17,6 +17,7 @@ from django.test import Client
 from sessions import limits
 from sessions.models import ToolCall
 from tests.conftest import ROOT
+from tests.helpers import login
 from tests.ws import Playground, session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -102,10 +103,6 @@ def test_calls_go_through_when_the_cache_is_down_and_it_is_logged(
     warnings = [r for r in caplog.records if r.name == "sessions.limits"]
     assert [r.getMessage() for r in warnings] == ["could not count a tool call for the rate limit"] * 2
     assert all(r.exc_info and "Connection" in type(r.exc_info[1]).__name__ for r in warnings)
-
-
-def login(client: Client, username: str, password: str):
-    return client.post("/accounts/login/", {"login": username, "password": password})
 
 
 def test_repeated_failed_logins_lock_the_account_for_a_while(make_user):

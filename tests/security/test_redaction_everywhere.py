@@ -13,8 +13,8 @@ import pytest
 
 from servers.models import Server
 from tests.conftest import ROOT
+from tests.helpers import logged_in
 from tests.test_secrets_never_leak import database_text
-from tests.test_server_registry import logged_in
 from tests.ws import Playground, session_cookie
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("worker")]

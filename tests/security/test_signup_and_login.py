@@ -10,6 +10,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from servers.models import Membership, Role, Server, Team
+from tests.helpers import login
 from tests.test_accounts import default_settings, signup
 
 pytestmark = pytest.mark.django_db
@@ -29,10 +30,6 @@ def target(make_user) -> str:
     name = f"target{uuid.uuid4().hex[:8]}"
     make_user(name, id=random.randrange(10**6, 10**9))
     return name
-
-
-def login(client: Client, login: str, password: str, path: str = "/accounts/login/"):
-    return client.post(path, {"login": login, "password": password})
 
 
 def test_a_stranger_who_signs_up_first_joins_no_team_and_administers_nothing(settings):

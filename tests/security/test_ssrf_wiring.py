@@ -13,25 +13,10 @@ import pytest
 
 from servers.models import Server
 from sessions.mcp.config import ServerConfig
-from sessions.mcp.failure import ConnectionFailed
-from sessions.mcp.pool import ConnectionPool, PoolEvents, PoolSettings
 from sessions.mcp.ssrf import LOCAL_NETWORK, AddressRefused, NetworkPolicy, resolve
-from tests.test_server_registry import logged_in
+from tests.helpers import logged_in, probe_failure
 
 STRICT = NetworkPolicy(allow_private=False)
-
-
-@pytest.fixture
-def pool():
-    pool = ConnectionPool(PoolSettings(health_seconds=0), PoolEvents())
-    yield pool
-    pool.shutdown()
-
-
-def probe_failure(pool: ConnectionPool, config: ServerConfig):
-    with pytest.raises(ConnectionFailed) as caught:
-        pool.run(pool.probe(config), timeout=60)
-    return caught.value.failure
 
 
 @pytest.fixture(params=["http", "sse", "websocket"])

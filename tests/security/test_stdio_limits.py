@@ -16,20 +16,13 @@ import pytest
 from servers.models import Server
 from sessions.mcp.config import ServerConfig
 from sessions.mcp.failure import ConnectionFailed
-from sessions.mcp.pool import ConnectionPool, PoolEvents, PoolSettings
 from tests.conftest import ROOT
-from tests.test_server_registry import logged_in, stdio_form
+from tests.helpers import logged_in
+from tests.test_server_registry import stdio_form
 
 FAULT_ARGS = ("-m", "tests.servers.fault_server")
 # What the SDK's default environment passes on (POSIX), and what Python itself may add (PEP 538).
 MINIMAL = {"HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LC_CTYPE"}
-
-
-@pytest.fixture
-def pool():
-    pool = ConnectionPool(PoolSettings(health_seconds=0), PoolEvents())
-    yield pool
-    pool.shutdown()
 
 
 def fault_config(**overrides) -> ServerConfig:

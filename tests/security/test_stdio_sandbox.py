@@ -21,24 +21,17 @@ from django.conf import settings
 from servers.models import Server
 from sessions.mcp import sandbox as sandbox_module
 from sessions.mcp.config import ConnectionKey, ServerConfig
-from sessions.mcp.failure import ConnectionFailed
-from sessions.mcp.pool import ConnectionPool, PoolEvents, PoolSettings
+from sessions.mcp.pool import ConnectionPool
 from sessions.mcp.processes import become_subreaper, group_members, stop_process_group
 from tests.conftest import DEMO_ARGS, ROOT
-from tests.test_server_registry import logged_in, stdio_form
+from tests.helpers import logged_in, probe_failure
+from tests.test_server_registry import stdio_form
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed: `make test`")
 
 ESCAPE_ARGS = ["-m", "tests.servers.escape_server"]
 # What a sandboxed server's environment may hold: the basics, and its home inside the sandbox.
 BASICS = {"HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LC_CTYPE", "PWD"}
-
-
-@pytest.fixture
-def pool() -> Iterator[ConnectionPool]:
-    pool = ConnectionPool(PoolSettings(health_seconds=0), PoolEvents())
-    yield pool
-    pool.shutdown()
 
 
 @pytest.fixture(autouse=True)
@@ -69,12 +62,6 @@ def attempt(pool: ConnectionPool, config: ServerConfig, owner: str = "user:1", *
     outcome = pool.run(pool.call_tool(key, config, "attempt", arguments), timeout=60)
     assert outcome.status == "succeeded", outcome.failure
     return json.loads(outcome.result["content"][0]["text"])
-
-
-def probe_failure(pool: ConnectionPool, config: ServerConfig):
-    with pytest.raises(ConnectionFailed) as caught:
-        pool.run(pool.probe(config), timeout=60)
-    return caught.value.failure
 
 
 # -- the portal's files and processes -------------------------------------------------------

@@ -14,11 +14,6 @@ from tests.teams import TeamPages, membership, path_of
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def acme(alice):
-    return Team.objects.get(name="Acme")
-
-
 def test_a_member_who_saw_a_colleagues_link_cannot_accept_it_for_themselves(alice, bob, acme, make_user):
     # Bob, a member, got hold of the link mailed to dana and posts it, hoping to be made an admin.
     link = TeamPages(alice).invite(acme, "dana@example.com", "admin")

@@ -3,7 +3,6 @@ binary frames, anonymous sockets, and a disabled server's process started throug
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -19,13 +18,9 @@ from sessions.messages import MAX_DEPTH, MAX_MESSAGE_BYTES, TOO_DEEP
 from sessions.models import ToolCall
 from tests.conftest import DEMO_ARGS, DEMO_COMMAND, ROOT, server_processes
 from tests.security.conftest import DaphneSocket
-from tests.ws import Playground, session_cookie
+from tests.ws import Playground, run, session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def run(coro):
-    return asyncio.run(coro)
 
 
 def nested(depth: int, leaf: object = "x") -> object:
