@@ -11,8 +11,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from servers.models import Server, ServerUnusable, usable_server
 
-from . import actions, limits, live, messages, queue
-from .events import user_group
+from . import actions, events, limits, live, messages, queue
 from .messages import MAX_SUBSCRIPTIONS, MessageError
 
 logger = logging.getLogger(__name__)
@@ -44,7 +43,7 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
             await self.close(code=4401)
             return
         self.user = user
-        self.group = user_group(user.pk)
+        self.group = events.user_group(user.pk)
         # Resource subscriptions this socket made, given back when it closes.
         self.subscriptions: set[tuple[int, str]] = set()
         try:
@@ -282,7 +281,7 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
 
     async def _tell_pages(self, event: dict[str, Any]) -> None:
         """An event for every open page of this person (their group), this one included."""
-        await self.channel_layer.group_send(self.group, {"type": "portal.event", "event": event})
+        await events.publish(self.user.pk, event)
 
     async def portal_event(self, message: dict[str, Any]) -> None:
         text = json.dumps(message["event"])
