@@ -82,9 +82,32 @@ def pytest_configure(config: pytest.Config) -> None:
         settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"] = REDIS_NAMESPACE
         settings.CACHES["default"]["KEY_PREFIX"] = REDIS_NAMESPACE
         settings.CELERY_TASK_DEFAULT_QUEUE = REDIS_NAMESPACE
+        _flush_through_deadlocks()
     # Consumers run database work on helper threads; with persistent connections those threads
     # would still hold the test database open when pytest-django drops it.
     settings.DATABASES["default"]["CONN_MAX_AGE"] = 0
+
+
+def _flush_through_deadlocks() -> None:
+    """A transactional test ends with a flush (TRUNCATE of every table) while the worker process may
+    still be writing the end of that test's last call: PostgreSQL then ends one of the two as a
+    deadlock, and when it picks the flush, the next test starts on the last one's rows. The flush
+    is tried again, as the worker's own write is."""
+    from django.db import OperationalError
+    from django.db.backends.base.operations import BaseDatabaseOperations
+
+    flush = BaseDatabaseOperations.execute_sql_flush
+
+    def flush_again_if_deadlocked(self, sql_list):
+        for attempt in range(1, 6):
+            try:
+                return flush(self, sql_list)
+            except OperationalError:
+                if attempt == 5:
+                    raise
+                time.sleep(0.5)
+
+    BaseDatabaseOperations.execute_sql_flush = flush_again_if_deadlocked
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -135,9 +135,10 @@ def page(browser, live_portal, request: pytest.FixtureRequest) -> Iterator:
     context.close()
 
 
-def log_in(page, username: str, password: str) -> None:
-    """Through the real allauth login page, as a person would."""
-    page.goto("/accounts/login/")
+def log_in(page, username: str, password: str, next: str = "") -> None:
+    """Through the real allauth login page, as a person would; to `next` after, if given (else the
+    home page, which redirects to the playground, whose socket lists the first server's tools)."""
+    page.goto("/accounts/login/" + (f"?next={next}" if next else ""))
     page.get_by_label("Login").fill(username)
     page.get_by_label("Password").fill(password)
     page.get_by_role("button", name="Log in").click()

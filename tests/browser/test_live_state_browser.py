@@ -127,8 +127,8 @@ def test_history_cancels_a_running_call(page: Page, alice, demo_server):
 
 
 def test_the_server_page_follows_test_connection(page: Page, alice, demo_server):
-    log_in(page, "alice", "pw-alice")
-    page.goto(f"/servers/{demo_server.pk}/")
+    # Straight to the server's page: the playground (the home page) would connect to it first.
+    log_in(page, "alice", "pw-alice", next=f"/servers/{demo_server.pk}/")
     tools = page.get_by_role("heading", name=re.compile(r"^Tools \(\d+\)$"))
     expect(tools).to_have_text("Tools (0)")
     expect(page.locator(f'h1 [data-connection="{demo_server.pk}"]')).to_have_text("not connected")

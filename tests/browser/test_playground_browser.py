@@ -269,27 +269,37 @@ def test_it_calls_a_tool_from_the_keyboard(page: Page, alice, demo_server):
 
 def hold_tool_lists(page: Page):
     """Route the page's socket so its `list_tools` messages wait until released: the live list then
-    arrives after the person has typed, deterministically. Returns the release."""
-    held: list[str] = []
-    to_portal = []
+    arrives after the person has typed, deterministically. Returns release() and hold(), which starts holding again."""
+    held: list[tuple[object, str | bytes]] = []
+    released = False
 
     def handler(ws) -> None:
         server = ws.connect_to_server()
-        to_portal.append(server)
 
         def from_page(message: str | bytes) -> None:
-            (held.append if '"list_tools"' in str(message) else server.send)(message)
+            # Playwright hands the page's messages over while the test is inside one of its calls:
+            # a list sent before release() may reach here after it, and then goes on at once.
+            if '"list_tools"' in str(message) and not released:
+                held.append((server, message))
+            else:
+                server.send(message)
 
         ws.on_message(from_page)
 
     page.route_web_socket(re.compile(r"/ws/playground/$"), handler)
 
     def release() -> None:
-        for message in held:
-            to_portal[-1].send(message)
+        nonlocal released
+        released = True
+        for server, message in held:
+            server.send(message)
         held.clear()
 
-    return release
+    def hold() -> None:
+        nonlocal released
+        released = False
+
+    return release, hold
 
 
 def reversed_keys(value):
@@ -308,7 +318,7 @@ def test_the_live_tool_list_keeps_what_was_typed(page: Page, alice, demo_server)
     stored = reversed_keys(demo_server.tools)
     demo_server.tools = stored
     demo_server.save(update_fields=["tools"])
-    release = hold_tool_lists(page)
+    release, hold = hold_tool_lists(page)
 
     page.goto(f"/playground/?server={demo_server.pk}&tool=echo")
     message = page.get_by_label("Message")
@@ -323,6 +333,7 @@ def test_the_live_tool_list_keeps_what_was_typed(page: Page, alice, demo_server)
         {**tool, "description": "An older description."} if tool["name"] == "echo" else tool for tool in stored
     ]
     demo_server.save(update_fields=["tools"])
+    hold()
     page.goto(f"/playground/?server={demo_server.pk}&tool=echo")
     expect(page.locator("#tool-description")).to_have_text("An older description.")
     page.get_by_label("Message").fill("still here")
