@@ -226,6 +226,13 @@ def start_portal(
         )
         # The distributed mode will not start without a key; the bench's secrets are throwaway.
         env.setdefault("PORTAL_ENCRYPTION_KEYS", BENCH_ENCRYPTION_KEYS)
+        # The distributed mode allows team admins no stdio command until the operator lists some:
+        # the bench, as the operator, lists what the embedded mode allows (the demo server among them).
+        # Imported only here: the portal package brings Celery's app into the bench's process.
+        from portal.stdio_defaults import default_bind_paths, default_commands
+
+        env.setdefault("PORTAL_STDIO_COMMANDS", ",".join(default_commands(ROOT, embedded=True)))
+        env.setdefault("PORTAL_STDIO_BIND_PATHS", ",".join(default_bind_paths(ROOT, embedded=True)))
     fixtures = _fixtures(env, users, http_url, fault_server)
     port = free_port()
     handles: list[IO] = []
