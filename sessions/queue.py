@@ -26,7 +26,9 @@ def send(task: str, args: tuple[Any, ...], worker: str = "", countdown: float | 
     queue = affinity.own_queue(worker) if worker else affinity.shared_queue()
     if app.conf.task_always_eager:
         # As apply_async does: run here and now (a process that is its own worker, e.g. the
-        # conformance client's "Connect").
+        # conformance client's "Connect"). The tasks register when their module is imported,
+        # which Celery's autodiscovery does only when asked.
+        app.loader.import_default_modules()
         app.tasks[task].apply(args)
     else:
         app.send_task(task, args, queue=queue, countdown=countdown)
