@@ -50,9 +50,7 @@ def execute_tool_call(call_id: str) -> None:
     channel = runtime.get_pool().run(get_channel_layer().new_channel(), timeout=10)
     if not actions.do_claim_tool_call(call_id, WORKER_NAME, channel):
         return
-    # The server's recorded tool list is left out: the live one is listed below (see _record_tools).
-    found = ToolCall.objects.select_related("server__team__policy", "server__oauth", "user").defer("server__tools")
-    call = found.get(pk=call_id)
+    call = _load_durably(call_id)
     progress: list[dict[str, Any]] = []  # kept on the record, for the history page
     try:
         outcome = _run_call(call, progress)
@@ -84,6 +82,29 @@ def execute_tool_call(call_id: str) -> None:
 FINISH_ATTEMPTS = 30
 
 
+def _pause_for_restart(call_id: str, attempt: int, doing: str) -> None:
+    """Between attempts through a database that may be restarting: its restart cut this thread's
+    connection, and the next statement on it would fail too, so it is dropped; a second's wait."""
+    log.warning("could not %s call %s (attempt %d); trying again", doing, call_id, attempt)
+    close_old_connections()
+    time.sleep(1.0)
+
+
+def _load_durably(call_id: str) -> ToolCall:
+    """The call this worker has just claimed, read through a database that may be restarting: once
+    claimed, nothing else ends it while this worker lives, so giving up here would leave it running."""
+    # The server's recorded tool list is left out: the live one is listed below (see _record_tools).
+    found = ToolCall.objects.select_related("server__team__policy", "server__oauth", "user").defer("server__tools")
+    for attempt in range(1, FINISH_ATTEMPTS + 1):
+        try:
+            return found.get(pk=call_id)
+        except (OperationalError, InterfaceError):
+            if attempt == FINISH_ATTEMPTS:
+                raise
+            _pause_for_restart(call_id, attempt, "read")
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 def _finish_durably(call_id: str, call: ToolCall, ending: dict[str, Any]) -> ToolCall:
     """Record how the call ended, through a database that may be restarting.
 
@@ -100,9 +121,7 @@ def _finish_durably(call_id: str, call: ToolCall, ending: dict[str, Any]) -> Too
         except (OperationalError, InterfaceError):
             if attempt == FINISH_ATTEMPTS:
                 raise
-            log.warning("could not record the end of call %s (attempt %d); trying again", call_id, attempt)
-            close_old_connections()
-            time.sleep(1.0)
+            _pause_for_restart(call_id, attempt, "record the end of")
         except DatabaseError as exc:
             if ending.get("error_kind") == "unstorable":
                 raise
