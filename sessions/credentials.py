@@ -237,7 +237,7 @@ def _current_fingerprints(server_id: int, owners: set[str]) -> dict[str, str]:
     base = server.to_config().fingerprint()
     # Someone who may no longer call the team's servers (removed, left, made auditor) has no current
     # fingerprint: every connection that used their credentials is outdated.
-    ids = [Owner(owner).user_id for owner in owners if Owner(owner).user_id is not None]
+    ids = [user_id for user_id in (Owner(owner).user_id for owner in owners) if user_id is not None]
     users = set(
         Membership.objects.filter(
             team_id=server.team_id, user_id__in=ids, role__in=roles_that_may(TeamAction.USE_SERVERS)
