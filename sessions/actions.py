@@ -37,6 +37,7 @@ from .models import (
     SamplingRequest,
     SamplingState,
     ToolCall,
+    Via,
 )
 
 ANSWERS = ("allow_once", "always_allow", "deny")
@@ -63,6 +64,22 @@ def _is_uuid(value: str) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class Came:
+    """How a call came to the portal, recorded on it: `via` the playground or the MCP endpoint, from
+    which client (its name and version), with which personal access token (if one)."""
+
+    via: str = Via.PLAYGROUND
+    client: str = ""
+    access_token: Any = None
+
+    def fields(self) -> dict[str, Any]:
+        return {"via": self.via, "client": self.client[:200], "access_token": self.access_token}
+
+
+PLAYGROUND = Came()
+
+
 def _enqueue_on_commit(call_id: str) -> None:
     transaction.on_commit(lambda: queue.send("sessions.run_tool_call", (call_id,)))
 
@@ -71,7 +88,12 @@ def _enqueue_on_commit(call_id: str) -> None:
 
 
 def do_start_tool_call(
-    user: Any, server_id: Any, tool: str, arguments: dict[str, Any], request_id: str | None = None
+    user: Any,
+    server_id: Any,
+    tool: str,
+    arguments: dict[str, Any],
+    request_id: str | None = None,
+    came: Came | None = None,
 ) -> ToolCall:
     """Record the call, decide on it from the server's last tool list, and act on the decision.
 
@@ -80,12 +102,14 @@ def do_start_tool_call(
     on the live definition. A call that cannot start (a server the user cannot see, or
     a disabled one) is still recorded, as rejected, so every attempt leaves a trace.
 
+    `came` says how the call came (the playground by default; an agent through the MCP endpoint).
+
     A `request_id` this person already used names the call it started: that call comes back,
     and nothing new is recorded or run. The database's unique constraint decides, on the insert
     the call makes anyway, so two processes receiving the same intent at once still make one call.
     """
     try:
-        return _start_tool_call(user, server_id, tool, arguments, request_id)
+        return _start_tool_call(user, server_id, tool, arguments, request_id, came or PLAYGROUND)
     except IntegrityError:
         first = ToolCall.objects.filter(user=user, request_id=request_id).first() if request_id else None
         if first is None:
@@ -94,7 +118,7 @@ def do_start_tool_call(
 
 
 def _start_tool_call(
-    user: Any, server_id: Any, tool: str, arguments: dict[str, Any], request_id: str | None
+    user: Any, server_id: Any, tool: str, arguments: dict[str, Any], request_id: str | None, came: Came
 ) -> ToolCall:
     try:
         server = usable_server(server_id, user, Server.objects.select_related("team__policy"))
@@ -102,10 +126,24 @@ def _start_tool_call(
         # A disabled server's call names it; one the user cannot see names nothing of it.
         seen = exc.server
         name = seen.name if seen else ""
-        call = ToolCall(user=user, server=seen, server_name=name, tool=tool, arguments=arguments, request_id=request_id)
+        call = ToolCall(
+            user=user,
+            server=seen,
+            server_name=name,
+            tool=tool,
+            arguments=arguments,
+            request_id=request_id,
+            **came.fields(),
+        )
         return _reject(call, exc.message, exc.kind)
     call = ToolCall(
-        user=user, server=server, server_name=server.name, tool=tool, arguments=arguments, request_id=request_id
+        user=user,
+        server=server,
+        server_name=server.name,
+        tool=tool,
+        arguments=arguments,
+        request_id=request_id,
+        **came.fields(),
     )
     definition = server.tool(tool)
     decision = decide_for(server, user.pk, tool, definition)
@@ -403,6 +441,27 @@ def do_withdraw_member_requests(user_id: int, server_ids: list[int], reason: str
         if do_answer_sampling(ask.pk, SamplingState.DECLINED) and ask.call.channel:
             message = {"type": "sampling.answer", "sampling": str(ask.pk), "action": "decline", "text": "", "model": ""}
             transaction.on_commit(lambda c=ask.call.channel, m=message: _send_to_call(c, m))
+
+
+@transaction.atomic
+def do_withdraw_waiting_call(user: Any, call_id: str, reason: str) -> bool:
+    """The caller gave up on a call that waits for an approval (an agent's client cancelled it):
+    the call ends cancelled and its approval closes, so nobody is asked about it any more."""
+    approvals = (
+        Approval.objects.select_for_update(of=("self",))
+        .select_related("call__server", "call__user")
+        .filter(call_id=call_id, user=user, state=ApprovalState.PENDING)
+    )
+    withdrawn = False
+    for approval in approvals:
+        Approval.objects.filter(pk=approval.pk, state=ApprovalState.PENDING).update(
+            state=ApprovalState.DECLINED, answered_at=timezone.now()
+        )
+        approval.state = ApprovalState.DECLINED
+        _end_waiting_call(approval.call, CallStatus.CANCELLED, reason, "cancelled")
+        events.publish_on_commit(user.pk, _ended_event(approval))
+        withdrawn = True
+    return withdrawn
 
 
 def _send_to_call(channel: str, message: dict[str, Any]) -> None:

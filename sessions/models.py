@@ -42,6 +42,42 @@ FINISHED = frozenset(
 )
 
 
+class Via(models.TextChoices):
+    PLAYGROUND = "playground", "Playground"
+    MCP = "mcp", "MCP endpoint"
+
+
+class AccessToken(models.Model):
+    """A personal access token for the portal's MCP endpoint, for clients that send only a header.
+
+    Shown once when created; only its SHA-256 is kept, so a copy of the database holds no usable
+    token. It acts as its owner, within the owner's teams and rules, optionally only on some servers.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="access_tokens")
+    name = models.CharField(max_length=100)
+    digest = models.CharField(max_length=64, unique=True)
+    # The token's first characters, so a person can tell their tokens apart on the page.
+    prefix = models.CharField(max_length=16)
+    # Empty: every server the owner may use; otherwise only these.
+    servers = models.ManyToManyField("servers.Server", blank=True, related_name="access_tokens")
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def active(self) -> bool:
+        now = timezone.now()
+        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+
+
 class ToolCallManager(models.Manager["ToolCall"]):
     def get_queryset(self) -> models.QuerySet[ToolCall]:
         # The whole output of a truncated call may be megabytes: only its download reads it.
@@ -75,6 +111,13 @@ class ToolCall(models.Model):
     # The page's own name for the intent (`request_id` on `call`): the same one twice from the same
     # person is the same call, whichever process receives it, so the database holds the constraint.
     request_id = models.CharField(max_length=100, null=True, blank=True)
+    # How the call came: from the playground, or from an agent through the portal's MCP endpoint
+    # (docs/mcp-endpoint.md), with the client's name and version and the token it used.
+    via = models.CharField(max_length=20, choices=Via.choices, default=Via.PLAYGROUND)
+    client = models.CharField(max_length=200, blank=True)
+    access_token = models.ForeignKey(
+        "mcp_sessions.AccessToken", null=True, blank=True, on_delete=models.SET_NULL, related_name="tool_calls"
+    )
 
     objects = ToolCallManager()
 
@@ -118,6 +161,8 @@ class ToolCall(models.Model):
             **self.as_event(),
             "server_name": self.server_name,
             "arguments": self.arguments,
+            "via": self.via,
+            "client": self.client,
             "worker": self.worker,
             "created_at": self.created_at.isoformat() if self.created_at else None,
             "started_at": self.started_at.isoformat() if self.started_at else None,

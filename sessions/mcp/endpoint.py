@@ -1,0 +1,213 @@
+"""The portal's own MCP server: the SDK's Streamable HTTP server, answering from a Gateway.
+
+This module speaks MCP (both eras: the 2026-07-28 per-request envelope and the 2025-11-25 handshake
+with `Mcp-Session-Id`, the SDK deciding per request) and knows nothing of the portal: what the tools
+are, who may call them and how a call runs is the Gateway's to say (sessions/gateway.py), so the
+endpoint and the playground share one call path. Whoever mounts it (sessions/endpoint.py) has
+already checked the request's credential and puts what it found in the ASGI scope under `CALLER`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import mcp_types as types
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
+
+log = logging.getLogger(__name__)
+
+CALLER = "portal.caller"
+# A JSON-RPC error for a request the portal refuses for what it asks (not a tool's own error).
+INVALID_PARAMS = -32602
+NOT_FOUND = -32002
+
+
+class Refused(Exception):
+    """A request the gateway will not answer; the text goes back as the JSON-RPC error's message."""
+
+    def __init__(self, message: str, code: int = INVALID_PARAMS):
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class Caller:
+    """Who asks, as the mounting side found them, and what the endpoint learned of their client."""
+
+    # What the mounting side put in the scope (the person and their credential); opaque here.
+    agent: Any
+    # The one server of a `/mcp/<server>/` endpoint; "" for the aggregate `/mcp/`.
+    server: str = ""
+    client: str = ""
+    protocol_version: str = ""
+    # Whether the client gave a progress token: only then can it hear progress (and wait longer).
+    wants_progress: bool = False
+    progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
+    log: Callable[[str, str | None, Any], Awaitable[None]] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Gateway(Protocol):
+    async def list_tools(self, caller: Caller) -> list[dict[str, Any]]: ...
+    async def call_tool(self, caller: Caller, name: str, arguments: dict[str, Any]) -> dict[str, Any]: ...
+    async def list_resources(self, caller: Caller) -> list[dict[str, Any]]: ...
+    async def list_resource_templates(self, caller: Caller) -> list[dict[str, Any]]: ...
+    async def read_resource(self, caller: Caller, uri: str) -> dict[str, Any]: ...
+    async def list_prompts(self, caller: Caller) -> list[dict[str, Any]]: ...
+    async def get_prompt(self, caller: Caller, name: str, arguments: dict[str, str]) -> dict[str, Any]: ...
+    async def complete(
+        self, caller: Caller, ref: dict[str, Any], argument: dict[str, Any], context: dict[str, Any]
+    ) -> dict[str, Any]: ...
+
+
+def _client_name(ctx: Any) -> str:
+    params = ctx.session.client_params
+    info = getattr(params, "client_info", None) if params is not None else None
+    if info is None:
+        info = getattr(ctx.session._connection, "client_info", None)  # the 2026 envelope's clientInfo
+    if info is not None and getattr(info, "name", None):
+        return f"{info.name} {info.version or ''}".strip()[:200]
+    headers = ctx.request.headers if ctx.request is not None else {}
+    return str(headers.get("user-agent", ""))[:200]
+
+
+def _caller(ctx: Any) -> Caller:
+    scope = ctx.request.scope if ctx.request is not None else {}
+    found = scope.get(CALLER)
+    if found is None:  # the mounting side always sets it; a request without one is refused
+        raise MCPError(-32600, "Not authenticated.")
+    meta = ctx.meta
+    token = getattr(meta, "progress_token", None) if meta is not None else None
+    session = ctx.session
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        await session.report_progress(value, total, message)
+
+    async def to_log(level: str, logger: str | None, data: Any) -> None:
+        try:
+            await session.send_log_message(level, data, logger, related_request_id=ctx.request_id)
+        except Exception:  # noqa: BLE001 - a log line the client cannot take must not end the call
+            log.debug("could not relay a log message", exc_info=True)
+
+    return Caller(
+        agent=found.agent,
+        server=found.server,
+        client=_client_name(ctx),
+        protocol_version=ctx.protocol_version,
+        wants_progress=token is not None,
+        progress=progress,
+        log=to_log,
+    )
+
+
+async def _answer(work: Awaitable[Any]) -> Any:
+    try:
+        return await work
+    except Refused as exc:
+        raise MCPError(exc.code, str(exc)) from None
+
+
+def build_server(gateway: Gateway, name: str, version: str, instructions: str) -> Server[Any]:
+    """An SDK server whose every handler asks `gateway`, as the caller of the request."""
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        tools = await _answer(gateway.list_tools(_caller(ctx)))
+        return types.ListToolsResult.model_validate({"tools": tools})
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        result = await _answer(gateway.call_tool(_caller(ctx), params.name, dict(params.arguments or {})))
+        return types.CallToolResult.model_validate(result)
+
+    async def list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
+        found = await _answer(gateway.list_resources(_caller(ctx)))
+        return types.ListResourcesResult.model_validate({"resources": found})
+
+    async def list_templates(ctx: Any, params: Any) -> types.ListResourceTemplatesResult:
+        found = await _answer(gateway.list_resource_templates(_caller(ctx)))
+        return types.ListResourceTemplatesResult.model_validate({"resourceTemplates": found})
+
+    async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        found = await _answer(gateway.read_resource(_caller(ctx), str(params.uri)))
+        return types.ReadResourceResult.model_validate(found)
+
+    async def list_prompts(ctx: Any, params: Any) -> types.ListPromptsResult:
+        found = await _answer(gateway.list_prompts(_caller(ctx)))
+        return types.ListPromptsResult.model_validate({"prompts": found})
+
+    async def get_prompt(ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
+        found = await _answer(gateway.get_prompt(_caller(ctx), params.name, dict(params.arguments or {})))
+        return types.GetPromptResult.model_validate(found)
+
+    async def complete(ctx: Any, params: types.CompleteRequestParams) -> types.CompleteResult:
+        ref = params.ref.model_dump(by_alias=True, exclude_none=True)
+        argument = params.argument.model_dump(by_alias=True, exclude_none=True)
+        context = params.context.model_dump(by_alias=True, exclude_none=True) if params.context else {}
+        found = await _answer(gateway.complete(_caller(ctx), ref, argument, context))
+        return types.CompleteResult.model_validate({"completion": found})
+
+    async def set_level(ctx: Any, params: Any) -> types.EmptyResult:
+        # Log lines of the upstream servers are relayed as they come; the level is the servers' own.
+        return types.EmptyResult()
+
+    return Server(
+        name,
+        version=version,
+        instructions=instructions,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        on_list_resources=list_resources,
+        on_list_resource_templates=list_templates,
+        on_read_resource=read_resource,
+        on_list_prompts=list_prompts,
+        on_get_prompt=get_prompt,
+        on_completion=complete,
+        on_set_logging_level=set_level,
+    )
+
+
+@dataclass
+class Found:
+    """What the mounting side puts in the scope under CALLER."""
+
+    agent: Any
+    server: str = ""
+
+
+class Endpoint:
+    """The ASGI app of the endpoint: the SDK's session manager, started on the first request.
+
+    Daphne runs no ASGI lifespan, so the manager's task group (which holds the handshake-era
+    sessions) is started by the first request, on the server's loop, and lives as long as it.
+    """
+
+    def __init__(self, gateway: Gateway, name: str = "mcp-portal", version: str = "", instructions: str = ""):
+        server = build_server(gateway, name, version, instructions)
+        # The handshake era's sessions live in this process's memory: a restart forgets them, and
+        # a client sending a forgotten session id hears 404 and initializes again (the spec's way).
+        self.manager = StreamableHTTPSessionManager(app=server, stateless=False, session_idle_timeout=30 * 60)
+        self._started: asyncio.Future[None] | None = None
+        self._runner: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        assert self._started is not None
+        try:
+            async with self.manager.run():
+                self._started.set_result(None)
+                await asyncio.Event().wait()
+        except BaseException as exc:
+            if not self._started.done():
+                self._started.set_exception(exc)
+            raise
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if self._started is None:
+            self._started = asyncio.get_running_loop().create_future()
+            self._runner = asyncio.ensure_future(self._run())
+        await asyncio.shield(self._started)
+        await self.manager.handle_request(scope, receive, send)
