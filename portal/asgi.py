@@ -14,9 +14,11 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from portal.origin import SameOriginValidator  # noqa: E402
+from sessions.endpoint import routing  # noqa: E402
 from sessions.routing import websocket_urlpatterns  # noqa: E402
 
-http_app = ASGIStaticFilesHandler(django_asgi_app) if settings.PORTAL_SERVE_STATIC else django_asgi_app
+# `/mcp/` is the portal's MCP endpoint (sessions/endpoint.py); everything else is Django's.
+http_app = routing(ASGIStaticFilesHandler(django_asgi_app) if settings.PORTAL_SERVE_STATIC else django_asgi_app)
 
 application = ProtocolTypeRouter(
     {

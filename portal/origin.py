@@ -48,6 +48,20 @@ def origin_allowed(scope: dict[str, Any]) -> bool:
     return origin in allowed_origins(scope, host)
 
 
+def endpoint_request_allowed(scope: dict[str, Any]) -> bool:
+    """The MCP endpoint's DNS-rebinding check (the spec's): the Host is one of ours and an Origin, when
+    a browser sends one, is the portal's own (or one the operator lists). Agents send no Origin."""
+    headers = {name: value.decode("latin1") for name, value in scope.get("headers", [])}
+    host = headers.get(b"host", "")
+    domain, _ = split_domain_port(host)
+    if not domain or not validate_host(domain, settings.ALLOWED_HOSTS):
+        return False
+    if b"origin" not in headers:
+        return True
+    websocket_scheme = "wss" if scope.get("scheme") == "https" else "ws"
+    return _origin(headers[b"origin"]) in allowed_origins({"scheme": websocket_scheme}, host)
+
+
 def redirect_uri_mismatch(request: HttpRequest) -> dict[str, str] | None:
     """What admins are told when this page was reached elsewhere than the OAuth redirect URI points.
 

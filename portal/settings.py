@@ -292,6 +292,9 @@ except ValueError as exc:
     raise ImproperlyConfigured(f"PORTAL_STDIO_COMMANDS or PORTAL_STDIO_BIND_PATHS: {exc}") from None
 # Tool calls a person may start in any one minute (sessions/limits.py); 0 turns the limit off.
 PORTAL_TOOL_CALLS_PER_MINUTE = envint("PORTAL_TOOL_CALLS_PER_MINUTE", 60)
+# The portal's own MCP endpoint (/mcp/, docs/mcp-endpoint.md), and its requests a minute per token.
+PORTAL_MCP_ENDPOINT = envbool("PORTAL_MCP_ENDPOINT", True)
+PORTAL_ENDPOINT_REQUESTS_PER_MINUTE = envint("PORTAL_ENDPOINT_REQUESTS_PER_MINUTE", 600)
 # A call still pending this long after it was queued is queued again (its task was lost, e.g. with
 # a broker restart); claiming is a compare-and-set, so a copy that was not lost does nothing.
 PORTAL_PENDING_RESEND_SECONDS = envfloat("PORTAL_PENDING_RESEND_SECONDS", 120.0)

@@ -433,14 +433,14 @@ def do_withdraw_member_requests(user_id: int, server_ids: list[int], reason: str
     for form in forms:
         if do_answer_elicitation(form.pk, ElicitationState.CANCELLED) and form.call.channel:
             message = {"type": "elicitation.answer", "elicitation": str(form.pk), "action": "cancel", "content": None}
-            transaction.on_commit(lambda c=form.call.channel, m=message: _send_to_call(c, m))
+            transaction.on_commit(lambda c=form.call.channel, m=message: send_to_call(c, m))
     asks = SamplingRequest.objects.select_related("call").filter(
         state=SamplingState.PENDING, call__user_id=user_id, call__server_id__in=server_ids
     )
     for ask in asks:
         if do_answer_sampling(ask.pk, SamplingState.DECLINED) and ask.call.channel:
             message = {"type": "sampling.answer", "sampling": str(ask.pk), "action": "decline", "text": "", "model": ""}
-            transaction.on_commit(lambda c=ask.call.channel, m=message: _send_to_call(c, m))
+            transaction.on_commit(lambda c=ask.call.channel, m=message: send_to_call(c, m))
 
 
 @transaction.atomic
@@ -464,7 +464,7 @@ def do_withdraw_waiting_call(user: Any, call_id: str, reason: str) -> bool:
     return withdrawn
 
 
-def _send_to_call(channel: str, message: dict[str, Any]) -> None:
+def send_to_call(channel: str, message: dict[str, Any]) -> None:
     async_to_sync(get_channel_layer().send)(channel, message)
 
 

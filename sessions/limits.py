@@ -27,37 +27,46 @@ WINDOW = 60.0
 
 
 class RateLimited(Exception):
-    def __init__(self, limit: int, retry_after: float):
+    def __init__(self, limit: int, retry_after: float, what: str = "tool calls", per: str = "person"):
         seconds = max(1, math.ceil(retry_after))
+        this = "call was not started" if what == "tool calls" else "request was not served"
         super().__init__(
-            f"Too many tool calls: at most {limit} a minute for each person. "
-            f"This call was not started; try again in {seconds} s."
+            f"Too many {what}: at most {limit} a minute for each {per}. This {this}; try again in {seconds} s."
         )
         self.retry_after = seconds
 
 
 def take_tool_call(user_id: int, now: float | None = None) -> None:
     """Count one tool call for the user; raise RateLimited (counting nothing) if over the limit."""
-    limit = settings.PORTAL_TOOL_CALLS_PER_MINUTE
+    _take(f"portal:calls:{user_id}", settings.PORTAL_TOOL_CALLS_PER_MINUTE, now, "tool calls", "person", "a tool call")
+
+
+def take_endpoint_request(credential: str, now: float | None = None) -> None:
+    """Count one request to the MCP endpoint for the credential (a token) that sent it."""
+    limit = settings.PORTAL_ENDPOINT_REQUESTS_PER_MINUTE
+    _take(f"portal:endpoint:{credential}", limit, now, "requests to the MCP endpoint", "token", "a request")
+
+
+def _take(key: str, limit: int, now: float | None, what: str, per: str, one: str) -> None:
     if limit <= 0:
         return
     now = time.time() if now is None else now
     bucket = int(now // WINDOW)
-    current_key = f"portal:calls:{user_id}:{bucket}"
-    previous_key = f"portal:calls:{user_id}:{bucket - 1}"
+    current_key = f"{key}:{bucket}"
+    previous_key = f"{key}:{bucket - 1}"
     try:
         counts = cache.get_many([current_key, previous_key])
         previous, current = counts.get(previous_key, 0), counts.get(current_key, 0)
         elapsed = (now % WINDOW) / WINDOW
         if previous * (1 - elapsed) + current + 1 > limit:
-            raise RateLimited(limit, _retry_after(previous, current, limit, elapsed))
+            raise RateLimited(limit, _retry_after(previous, current, limit, elapsed), what, per)
         # Kept two windows long, so that the next bucket can still read this one.
         if not cache.add(current_key, 1, timeout=int(2 * WINDOW) + 5):
             cache.incr(current_key)
     except RateLimited:
         raise
     except Exception:  # noqa: BLE001 - an unreachable cache lets calls through rather than stop them all
-        log.warning("could not count a tool call for the rate limit", exc_info=True)
+        log.warning("could not count %s for the rate limit", one, exc_info=True)
 
 
 def _retry_after(previous: int, current: int, limit: int, elapsed: float) -> float:

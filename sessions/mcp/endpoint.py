@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import mcp_types as types
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 
 log = logging.getLogger(__name__)
 
@@ -155,20 +158,23 @@ def build_server(gateway: Gateway, name: str, version: str, instructions: str) -
         # Log lines of the upstream servers are relayed as they come; the level is the servers' own.
         return types.EmptyResult()
 
-    return Server(
-        name,
-        version=version,
-        instructions=instructions,
-        on_list_tools=list_tools,
-        on_call_tool=call_tool,
-        on_list_resources=list_resources,
-        on_list_resource_templates=list_templates,
-        on_read_resource=read_resource,
-        on_list_prompts=list_prompts,
-        on_get_prompt=get_prompt,
-        on_completion=complete,
-        on_set_logging_level=set_level,
-    )
+    with warnings.catch_warnings():
+        # logging/setLevel is deprecated in the 2026 era; handshake-era clients still send it.
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        return Server(
+            name,
+            version=version,
+            instructions=instructions,
+            on_list_tools=list_tools,
+            on_call_tool=call_tool,
+            on_list_resources=list_resources,
+            on_list_resource_templates=list_templates,
+            on_read_resource=read_resource,
+            on_list_prompts=list_prompts,
+            on_get_prompt=get_prompt,
+            on_completion=complete,
+            on_set_logging_level=set_level,
+        )
 
 
 @dataclass
@@ -177,6 +183,8 @@ class Found:
 
     agent: Any
     server: str = ""
+    # What identifies the credential (never the secret): a handshake-era session is bound to it.
+    credential: str = ""
 
 
 class Endpoint:
@@ -210,4 +218,10 @@ class Endpoint:
             self._started = asyncio.get_running_loop().create_future()
             self._runner = asyncio.ensure_future(self._run())
         await asyncio.shield(self._started)
+        found = scope.get(CALLER)
+        if found is not None:
+            # The SDK binds a handshake-era session (`Mcp-Session-Id`) to the credential that opened it:
+            # another credential presenting its id hears the same 404 as for an unknown session.
+            token = AccessToken(token="", client_id=found.credential, scopes=[])
+            scope = {**scope, "user": AuthenticatedUser(token)}
         await self.manager.handle_request(scope, receive, send)

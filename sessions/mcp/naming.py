@@ -40,13 +40,17 @@ def _suffix(text: str) -> str:
 
 
 def full_tool_names(server: str, tools: list[str]) -> dict[str, str]:
-    """Each tool's `mcp__<server>__<tool>` name: valid (^[a-zA-Z0-9_-]{1,64}$), unique and stable.
+    """Each tool's `mcp__<server>__<tool>` name: valid (^[a-zA-Z0-9_-]{1,64}$), unique and stable."""
+    return prefixed_names(f"mcp__{normalize_name(server)}__", tools, MAX_FULL_NAME)
+
+
+def prefixed_names(prefix: str, tools: list[str], limit: int) -> dict[str, str]:
+    """Each tool's name after `prefix`, normalized, unique and at most `limit` characters.
 
     A name that normalizes onto another tool's name, or that is too long, gets a suffix made
     from a hash of the original name, so it does not depend on the order or on the other tools
     (a tool keeps its name when others come and go). A tool whose name needs no change keeps it.
     """
-    prefix = f"mcp__{normalize_name(server)}__"
     wanted: dict[str, list[str]] = {}
     for tool in dict.fromkeys(tools):
         wanted.setdefault(prefix + normalize_name(tool), []).append(tool)
@@ -55,9 +59,9 @@ def full_tool_names(server: str, tools: list[str]) -> dict[str, str]:
         for tool in originals:
             name = candidate
             # Of names that collide, only one can be unchanged by normalizing: it keeps the plain name.
-            if (len(originals) > 1 and normalize_name(tool) != tool) or len(name) > MAX_FULL_NAME:
+            if (len(originals) > 1 and normalize_name(tool) != tool) or len(name) > limit:
                 tail = "_" + _suffix(tool)
-                name = name[: MAX_FULL_NAME - len(tail)] + tail
+                name = name[: limit - len(tail)] + tail
             names[tool] = name
     return names
 

@@ -1,0 +1,466 @@
+"""What the portal's MCP endpoint answers: the person's servers, as one MCP server or one each.
+
+The endpoint (sessions/mcp/endpoint.py) asks; this answers as the playground would, through the
+same doors: a tool call is started by `actions.do_start_tool_call` (the one decision, the one
+record, the one worker path) and followed by the events its worker publishes to the person
+(sessions/events.py); resources, prompts and completions are asked of the worker holding the
+person's session, as the playground's socket asks. The record stays the truth: a call whose events
+were lost is read back from the database.
+
+Names: on `/mcp/` every tool is `<server>__<tool>` (`endpoint_names`), so that a client that prefixes
+its own `mcp__<client name>__` stays within 64 characters for a short client name (NAME_BUDGET); on
+`/mcp/<server>/` a server's names are its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+
+from servers.models import Server
+from servers.permissions import decide_for
+from servers.policy import ASK, DENY
+
+from . import actions, events, limits, queue
+from .access_tokens import Agent
+from .mcp.endpoint import NOT_FOUND, Caller, Refused
+from .mcp.naming import needs_tasks, normalize_name, prefixed_names
+from .models import CallStatus, ToolCall, Via
+
+log = logging.getLogger(__name__)
+
+# `mcp__<client name>__<server>__<tool>` fits Claude Code's 64 characters when the client names the
+# portal with up to 6 characters ("portal"): the endpoint's own names keep to the rest.
+CLIENT_NAME_ROOM = len("mcp__portal__")
+NAME_BUDGET = 64 - CLIENT_NAME_ROOM
+SEPARATOR = "__"
+ASKS_NOTE = "[Asks for approval in the MCP Portal before each run] "
+# How often a held or running call is read back from the database when no event came (events are
+# best effort), and how often a client with a progress token hears that a held call still waits.
+RECHECK_SECONDS = 5.0
+KEEPALIVE_SECONDS = 10.0
+# A server never listed yet is listed live for the endpoint, this long at most.
+LIST_WAIT_SECONDS = 30.0
+
+
+# -- whose servers, under which names ----------------------------------------------------------
+
+
+@dataclass
+class Named:
+    server: Server
+    path: str  # the server's name on the endpoint: `/mcp/<path>/`, and its tools' prefix on `/mcp/`
+
+
+def server_paths(servers: list[Server]) -> list[Named]:
+    """Each server's name on the endpoint: its normalized name; a person in two teams with servers
+    of the same name sees the later one with a suffix from its team (stable: by ids, not order)."""
+    taken: dict[str, int] = {}
+    named = []
+    for server in sorted(servers, key=lambda s: s.pk):
+        path = normalize_name(server.name)
+        if path in taken:
+            path = f"{path}_{hashlib.sha256(f'{server.team_id}/{server.name}'.encode()).hexdigest()[:6]}"
+        taken[path] = server.pk
+        named.append(Named(server, path))
+    return named
+
+
+def _servers_of(agent: Agent) -> list[Named]:
+    rows = Server.objects.usable_by(agent.user).select_related("team__policy").filter(enabled=True)
+    return [n for n in server_paths(list(rows)) if agent.may_use(n.server.pk)]
+
+
+def endpoint_names(path: str, tools: list[str]) -> dict[str, str]:
+    """Each tool's name on `/mcp/`: `<server path>__<tool>`, valid and unique within NAME_BUDGET."""
+    return prefixed_names(path + SEPARATOR, tools, NAME_BUDGET)
+
+
+def names_fit(server: Server) -> list[str]:
+    """Tools of `server` whose `/mcp/` name had to be cut to fit (shown on the server's page)."""
+    path = normalize_name(server.name)
+    names = [str(t.get("name", "")) for t in server.tools]
+    plain = {tool: f"{path}{SEPARATOR}{normalize_name(tool)}" for tool in names}
+    return [tool for tool, name in endpoint_names(path, names).items() if name != plain[tool]]
+
+
+@dataclass
+class Listed:
+    """One tool as the endpoint lists it, and where a call to it goes."""
+
+    name: str
+    server: Server
+    tool: str
+    definition: dict[str, Any]
+
+
+def _shown(definition: dict[str, Any], name: str, effect: str) -> dict[str, Any]:
+    tool = {k: v for k, v in definition.items() if k not in ("execution",)}
+    tool["name"] = name
+    if effect == ASK:
+        tool["description"] = ASKS_NOTE + str(definition.get("description") or "")
+    return tool
+
+
+def _tools_for(agent: Agent, only: str) -> list[Listed]:
+    """What the person may call: denied tools are left out, tools that ask are listed (saying so),
+    tools that need tasks are left out (the portal cannot run them yet)."""
+    listed = []
+    for named in _servers_of(agent):
+        if only and named.path != only:
+            continue
+        server = named.server
+        tools = [t for t in server.tools if isinstance(t, dict) and t.get("name")]
+        names = endpoint_names(named.path, [str(t["name"]) for t in tools])
+        for tool in tools:
+            if needs_tasks(tool):
+                continue
+            decision = decide_for(server, agent.user.pk, tool["name"], tool)
+            if decision.effect == DENY:
+                continue
+            name = tool["name"] if only else names[tool["name"]]
+            listed.append(Listed(name, server, tool["name"], _shown(tool, name, decision.effect)))
+    return listed
+
+
+def _one_server(agent: Agent, path: str) -> Server:
+    for named in _servers_of(agent):
+        if named.path == path:
+            return named.server
+    raise Refused("Unknown server.", NOT_FOUND)
+
+
+def _unlisted(agent: Agent, only: str) -> list[Server]:
+    """The person's servers the portal has never listed: the endpoint lists them live first."""
+    return [n.server for n in _servers_of(agent) if (not only or n.path == only) and n.server.tools_listed_at is None]
+
+
+def _where(agent: Agent, only: str, name: str) -> tuple[Server, str]:
+    """The server and tool a name on the endpoint stands for."""
+    for listed in _tools_for(agent, only):
+        if listed.name == name:
+            return listed.server, listed.tool
+    # Not in the last list (new since, or denied): the worker decides on the live list, which says why.
+    if only:
+        return _one_server(agent, only), name
+    for named in _servers_of(agent):
+        if name.startswith(named.path + SEPARATOR):
+            return named.server, name[len(named.path) + len(SEPARATOR) :]
+    raise Refused(f"Unknown tool: {name}")
+
+
+# -- following what the worker publishes to the person -------------------------------------------
+
+
+class Inbox:
+    """The person's events (sessions/events.py) as one process hears them, for one request."""
+
+    def __init__(self, channel: str):
+        self.channel = channel
+        self.layer = get_channel_layer()
+
+    async def next(self, timeout: float) -> dict[str, Any] | None:
+        try:
+            message = await asyncio.wait_for(self.layer.receive(self.channel), timeout)
+        except TimeoutError:
+            return None
+        return message.get("event") if message.get("type") == "portal.event" else None
+
+
+@asynccontextmanager
+async def listening(user_id: int) -> AsyncIterator[Inbox]:
+    layer = get_channel_layer()
+    channel = await layer.new_channel("endpoint.")
+    group = events.user_group(user_id)
+    await layer.group_add(group, channel)
+    try:
+        yield Inbox(channel)
+    finally:
+        await asyncio.shield(layer.group_discard(group, channel))
+
+
+# -- results -------------------------------------------------------------------------------------
+
+FAILED_AS = {
+    CallStatus.REJECTED: "The portal refused the call",
+    CallStatus.FAILED: "The call failed",
+    CallStatus.TIMED_OUT: "The call timed out",
+    CallStatus.CANCELLED: "The call was cancelled",
+    CallStatus.INTERRUPTED: "The call was interrupted",
+}
+
+
+def tool_error(text: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+def result_of(ended: dict[str, Any]) -> dict[str, Any]:
+    """A call's end (its `call.ended` event, or its record as one) as the client's CallToolResult."""
+    result = ended.get("result")
+    status = ended.get("status")
+    if isinstance(result, dict) and status in (CallStatus.SUCCEEDED, CallStatus.TOOL_ERROR):
+        shown = {k: v for k, v in result.items() if k in ("content", "structuredContent", "isError", "_meta")}
+        shown.setdefault("content", [])
+        truncated = (ended.get("details") or {}).get("truncated")
+        if truncated:
+            note = f"{truncated.get('notice', 'The output was cut.')} The whole output is in the portal's history."
+            shown["content"] = [*shown["content"], {"type": "text", "text": note}]
+        return shown
+    why = FAILED_AS.get(status, f"The call ended {status}")
+    return tool_error(f"{why}: {ended.get('error') or 'no reason was given.'}")
+
+
+# -- the gateway ---------------------------------------------------------------------------------
+
+
+class PortalGateway:
+    """The Gateway of sessions/mcp/endpoint.py, for the person of each request."""
+
+    # -- tools --
+
+    async def list_tools(self, caller: Caller) -> list[dict[str, Any]]:
+        agent: Agent = caller.agent
+        unlisted = await database_sync_to_async(_unlisted)(agent, caller.server)
+        if unlisted:
+            await self._list_live(agent, unlisted)
+        found = await database_sync_to_async(_tools_for)(agent, caller.server)
+        return [listed.definition for listed in found]
+
+    async def _list_live(self, agent: Agent, servers: list[Server]) -> None:
+        async with listening(agent.user.pk) as inbox:
+            waiting = {server.pk for server in servers}
+            for server in servers:
+                await database_sync_to_async(queue.to_session)("sessions.list_tools", server, agent.user.pk, False)
+            deadline = time.monotonic() + LIST_WAIT_SECONDS
+            while waiting and time.monotonic() < deadline:
+                event = await inbox.next(deadline - time.monotonic())
+                if event is not None and event.get("type") == "tools":
+                    waiting.discard(event.get("server"))
+
+    async def call_tool(self, caller: Caller, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        agent: Agent = caller.agent
+        try:
+            server, tool = await database_sync_to_async(_where)(agent, caller.server, name)
+        except Refused as exc:
+            return tool_error(str(exc))
+        came = actions.Came(via=Via.MCP, client=caller.client, access_token=agent.token)
+        async with listening(agent.user.pk) as inbox:
+            try:
+                call = await database_sync_to_async(_start)(agent, server, tool, arguments, came)
+            except limits.RateLimited as exc:
+                return tool_error(str(exc))
+            if call.finished:
+                return result_of(call.as_event())
+            try:
+                return await self._follow(caller, agent, str(call.id), call.status, inbox)
+            except asyncio.CancelledError:
+                # The client cancelled (notifications/cancelled, or it went away): so does the call.
+                await asyncio.shield(database_sync_to_async(_give_up)(agent, str(call.id)))
+                raise
+
+    async def _follow(self, caller: Caller, agent: Agent, call_id: str, status: str, inbox: Inbox) -> dict[str, Any]:
+        held = status == CallStatus.AWAITING_APPROVAL
+        ticks = 0
+        last_keepalive = time.monotonic()
+        while True:
+            now = time.monotonic()
+            if held and caller.wants_progress and now - last_keepalive >= KEEPALIVE_SECONDS and caller.progress:
+                # Clients such as Claude Code reset their idle timer on progress: one while the person decides.
+                ticks += 1
+                await caller.progress(ticks, None, "Waiting for your approval in the MCP Portal.")
+                last_keepalive = now
+            event = await inbox.next(min(RECHECK_SECONDS, KEEPALIVE_SECONDS) if held else RECHECK_SECONDS)
+            if event is None:
+                record = await database_sync_to_async(_record)(call_id)
+                if record is None:
+                    return tool_error("The call's record is gone.")
+                if record.finished:
+                    return result_of(record.as_event())
+                held = record.status == CallStatus.AWAITING_APPROVAL
+                continue
+            if event.get("call") != call_id:
+                continue
+            kind = event.get("type")
+            if kind == "call.ended":
+                return result_of(event)
+            if kind == "approval.requested":
+                held = True
+            elif kind in ("call.started", "approval.ended"):
+                held = False
+            elif kind == "call.progress" and caller.progress:
+                ticks = max(ticks, int(event.get("progress") or 0))
+                await caller.progress(event.get("progress") or 0, event.get("total"), event.get("message"))
+            elif kind == "call.log" and caller.log:
+                await caller.log(str(event.get("level") or "info"), event.get("logger"), event.get("data"))
+
+    # -- resources, prompts, completions: asked of the worker holding the person's session --
+
+    async def _ask(self, agent: Agent, server: Server, task: str, answer: str, *args: Any) -> dict[str, Any]:
+        ref = f"endpoint-{uuid.uuid4()}"
+        wait = settings.MCP_CONNECT_TIMEOUT + server.request_timeout + 5
+        async with listening(agent.user.pk) as inbox:
+            await database_sync_to_async(queue.to_session)(task, server, agent.user.pk, *args, ref)
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                event = await inbox.next(deadline - time.monotonic())
+                if event is not None and event.get("type") == answer and event.get("ref") == ref:
+                    if event.get("error"):
+                        raise Refused(f"{server.name}: {event['error'].get('message', 'failed')}")
+                    return event
+        raise Refused(f"{server.name} did not answer within {wait:g} s.")
+
+    async def _each_server(self, caller: Caller) -> list[Named]:
+        named = await database_sync_to_async(_servers_of)(caller.agent)
+        return [n for n in named if not caller.server or n.path == caller.server]
+
+    async def list_resources(self, caller: Caller) -> list[dict[str, Any]]:
+        found = []
+        for named in await self._each_server(caller):
+            listing = await self._listing(caller.agent, named.server)
+            for resource in listing.get("resources") or []:
+                found.append(self._prefixed(caller, named, resource))
+        return found
+
+    async def list_resource_templates(self, caller: Caller) -> list[dict[str, Any]]:
+        found = []
+        for named in await self._each_server(caller):
+            listing = await self._listing(caller.agent, named.server)
+            for template in listing.get("templates") or []:
+                found.append(self._prefixed(caller, named, template))
+        return found
+
+    async def _listing(self, agent: Agent, server: Server) -> dict[str, Any]:
+        try:
+            return await self._ask(agent, server, "sessions.list_resources", "resources")
+        except Refused:
+            if len(await database_sync_to_async(_servers_of)(agent)) == 1:
+                raise
+            return {}  # one server down does not hide the others' resources on `/mcp/`
+
+    @staticmethod
+    def _prefixed(caller: Caller, named: Named, item: dict[str, Any]) -> dict[str, Any]:
+        if caller.server:
+            return item
+        return {**item, "name": f"{named.path}{SEPARATOR}{item.get('name', '')}"}
+
+    async def read_resource(self, caller: Caller, uri: str) -> dict[str, Any]:
+        candidates = await self._each_server(caller)
+        if not candidates:
+            raise Refused("Unknown resource.", NOT_FOUND)
+        if len(candidates) > 1:
+            candidates = [await self._owner_of(caller, candidates, uri)]
+        event = await self._ask(caller.agent, candidates[0].server, "sessions.read_resource", "resource.read", uri)
+        # A part too large for a page was left out by the worker; the client hears that it was.
+        contents = [
+            item if "text" in item or "blob" in item else {**item, "text": str(item.get("omitted", ""))}
+            for item in event.get("contents") or []
+        ]
+        return {"contents": contents}
+
+    async def _owner_of(self, caller: Caller, candidates: list[Named], uri: str) -> Named:
+        """On `/mcp/`, the server whose resources (or templates' prefix) hold `uri`."""
+        for named in candidates:
+            listing = await self._listing(caller.agent, named.server)
+            if any(r.get("uri") == uri for r in listing.get("resources") or []):
+                return named
+        for named in candidates:
+            listing = await self._listing(caller.agent, named.server)
+            for template in listing.get("templates") or []:
+                stem = str(template.get("uriTemplate", "")).split("{", 1)[0]
+                if stem and uri.startswith(stem):
+                    return named
+        raise Refused(f"No server of yours lists the resource {uri}.", NOT_FOUND)
+
+    async def list_prompts(self, caller: Caller) -> list[dict[str, Any]]:
+        found = []
+        for named in await self._each_server(caller):
+            try:
+                listing = await self._ask(caller.agent, named.server, "sessions.list_prompts", "prompts")
+            except Refused:
+                if caller.server:
+                    raise
+                continue
+            for prompt in listing.get("prompts") or []:
+                found.append(self._prefixed(caller, named, prompt))
+        return found
+
+    async def _prompt_server(self, caller: Caller, name: str) -> tuple[Named, str]:
+        candidates = await self._each_server(caller)
+        if caller.server:
+            if not candidates:
+                raise Refused("Unknown server.", NOT_FOUND)
+            return candidates[0], name
+        for named in candidates:
+            if name.startswith(named.path + SEPARATOR):
+                return named, name[len(named.path) + len(SEPARATOR) :]
+        raise Refused(f"Unknown prompt: {name}")
+
+    async def get_prompt(self, caller: Caller, name: str, arguments: dict[str, str]) -> dict[str, Any]:
+        named, prompt = await self._prompt_server(caller, name)
+        event = await self._ask(
+            caller.agent,
+            named.server,
+            "sessions.get_prompt",
+            "prompt.got",
+            prompt,
+            {k: str(v) for k, v in arguments.items()},
+        )
+        return {k: event[k] for k in ("description", "messages") if k in event}
+
+    async def complete(
+        self, caller: Caller, ref: dict[str, Any], argument: dict[str, Any], context: dict[str, Any]
+    ) -> dict[str, Any]:
+        if ref.get("type") == "ref/prompt":
+            named, prompt = await self._prompt_server(caller, str(ref.get("name", "")))
+            target = {"prompt": prompt}
+        else:
+            candidates = await self._each_server(caller)
+            uri = str(ref.get("uri", ""))
+            named = candidates[0] if len(candidates) == 1 else await self._owner_of(caller, candidates, uri)
+            target = {"template": uri}
+        event = await self._ask(
+            caller.agent,
+            named.server,
+            "sessions.complete",
+            "completion",
+            target,
+            str(argument.get("name", "")),
+            str(argument.get("value", "")),
+            {k: str(v) for k, v in (context.get("arguments") or {}).items()},
+        )
+        return {k: event[k] for k in ("values", "total", "hasMore") if event.get(k) is not None}
+
+
+# -- on the database's thread ---------------------------------------------------------------------
+
+
+def _start(agent: Agent, server: Server, tool: str, arguments: dict[str, Any], came: actions.Came) -> ToolCall:
+    limits.take_tool_call(agent.user.pk)
+    return actions.do_start_tool_call(agent.user, server.pk, tool, arguments, came=came)
+
+
+def _record(call_id: str) -> ToolCall | None:
+    return ToolCall.objects.filter(pk=call_id).first()
+
+
+def _give_up(agent: Agent, call_id: str) -> None:
+    """The client no longer waits: a held call is withdrawn, a running one cancelled."""
+    reason = "The agent's client cancelled the call."
+    if actions.do_withdraw_waiting_call(agent.user, call_id, reason):
+        return
+    try:
+        channel = actions.do_running_call_channel(agent.user, call_id)
+    except actions.AnswerError:
+        return  # it ended meanwhile, or has not started: nothing to tell a worker
+    actions.send_to_call(channel, {"type": "call.cancel"})

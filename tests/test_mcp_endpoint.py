@@ -1,0 +1,367 @@
+"""The portal's MCP endpoint, through a real portal process, with the SDK's own client in both eras.
+
+The portal serves `/mcp/` and `/mcp/<server>/` (docs/mcp-endpoint.md); a real worker runs the
+calls against the demo server, the same path as the playground's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from django.conf import settings
+
+from tests.conftest import PortalProcess
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ERAS = ["legacy", "2026-07-28"]
+
+
+@pytest.fixture(scope="module")
+def portal(django_db_setup, django_db_blocker, worker) -> Iterator[PortalProcess]:
+    from django.db import connection
+
+    with django_db_blocker.unblock():
+        db = dict(connection.settings_dict)
+    process = PortalProcess(db, Path(settings.VAR_DIR) / "test-endpoint.log")
+    process.start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def demo(demo_server):
+    from servers.models import Effect, PermissionRule
+
+    PermissionRule.objects.create(team=demo_server.team, pattern="mcp__demo", effect=Effect.ALLOW)
+    return demo_server
+
+
+def token_for(user, servers=None) -> str:
+    from sessions.access_tokens import do_create_token
+
+    return do_create_token(user, "test", servers=servers)[1]
+
+
+async def _session(url: str, token: str, mode: str, work, **options: Any) -> Any:
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(60, read=120))
+    async with http:
+        transport = streamable_http_client(url, http_client=http)
+        async with Client(transport, mode=mode, **options) as client:
+            return await work(client)
+
+
+def run(url: str, token: str, mode: str, work, **options: Any) -> Any:
+    return asyncio.run(_session(url, token, mode, work, **options))
+
+
+def names(listing) -> list[str]:
+    return sorted(tool.name for tool in listing.tools)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+def test_one_server_lists_and_calls_under_its_own_names(portal, alice, demo, mode):
+    from sessions.models import ToolCall, Via
+
+    token = token_for(alice)
+
+    async def work(client):
+        listed = await client.list_tools()
+        echoed = await client.call_tool("echo", {"message": "through the portal"})
+        return listed, echoed
+
+    listed, echoed = run(f"{portal.url}/mcp/demo/", token, mode, work)
+    assert "echo" in names(listed) and "add" in names(listed)
+    assert echoed.is_error is False
+    assert echoed.content[0].text == "through the portal"
+    call = ToolCall.objects.get(tool="echo")
+    assert (call.via, call.status, call.user) == (Via.MCP, "succeeded", alice)
+    assert call.access_token is not None and call.client  # the SDK's client names itself
+
+
+@pytest.mark.parametrize("mode", ERAS)
+def test_the_aggregate_endpoint_prefixes_each_servers_tools(portal, alice, demo, mode):
+    token = token_for(alice)
+
+    async def work(client):
+        return await client.list_tools(), await client.call_tool("demo__add", {"a": 2, "b": 3})
+
+    listed, added = run(f"{portal.url}/mcp/", token, mode, work)
+    assert "demo__echo" in names(listed)
+    assert all(len(f"mcp__portal__{name}") <= 64 for name in names(listed))
+    assert added.is_error is False and added.structured_content == {"sum": 5.0}
+
+
+def test_a_denied_tool_is_not_listed_and_its_call_names_the_rule(portal, alice, demo):
+    from servers.models import Effect, PermissionRule
+
+    PermissionRule.objects.create(team=demo.team, pattern="mcp__demo__echo", effect=Effect.DENY)
+    token = token_for(alice)
+
+    async def work(client):
+        return await client.list_tools(), await client.call_tool("echo", {"message": "no"})
+
+    listed, refused = run(f"{portal.url}/mcp/demo/", token, "2026-07-28", work)
+    assert "echo" not in names(listed) and "add" in names(listed)
+    assert refused.is_error is True
+    assert "mcp__demo__echo" in refused.content[0].text
+
+
+def test_a_rule_added_while_a_client_is_connected_stops_its_next_call(portal, alice, demo):
+    from servers.models import Effect, PermissionRule
+
+    token = token_for(alice)
+
+    async def work(client):
+        first = await client.call_tool("echo", {"message": "one"})
+        await asyncio.to_thread(
+            PermissionRule.objects.create, team=demo.team, pattern="mcp__demo__echo", effect=Effect.DENY
+        )
+        second = await client.call_tool("echo", {"message": "two"})
+        return first, second
+
+    first, second = run(f"{portal.url}/mcp/demo/", token, "legacy", work)
+    assert first.is_error is False
+    assert second.is_error is True and "mcp__demo__echo" in second.content[0].text
+
+
+@pytest.mark.parametrize("mode", ERAS)
+def test_progress_of_the_upstream_server_reaches_the_client(portal, alice, demo, mode):
+    token = token_for(alice)
+    heard: list[float] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        heard.append(progress)
+
+    async def work(client):
+        return await client.call_tool("count", {"steps": 3, "delay": 0.2}, progress_callback=on_progress)
+
+    counted = run(f"{portal.url}/mcp/demo/", token, mode, work)
+    assert counted.is_error is False
+    assert heard and heard[-1] == 3
+
+
+def test_a_call_that_asks_is_held_until_the_person_answers(portal, alice, demo):
+    from servers.models import Effect, PermissionRule
+    from sessions import actions
+    from sessions.models import Approval, ApprovalState, ToolCall
+
+    PermissionRule.objects.create(team=demo.team, pattern="mcp__demo__echo", effect=Effect.ASK)
+    token = token_for(alice)
+
+    def approve_when_asked() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            approval = Approval.objects.filter(state=ApprovalState.PENDING).first()
+            if approval is not None:
+                actions.do_answer_approval(alice, approval.pk, "allow_once")
+                return
+            time.sleep(0.2)
+
+    approver = threading.Thread(target=approve_when_asked)
+    approver.start()
+
+    async def work(client):
+        listed = await client.list_tools()
+        return listed, await client.call_tool("echo", {"message": "may I?"})
+
+    listed, answered = run(f"{portal.url}/mcp/demo/", token, "legacy", work)
+    approver.join()
+    echo = next(tool for tool in listed.tools if tool.name == "echo")
+    assert "approval" in (echo.description or "").lower()
+    assert answered.is_error is False and answered.content[0].text == "may I?"
+    assert ToolCall.objects.get(tool="echo").decision["effect"] == "allow"
+
+
+def test_a_declined_call_ends_with_a_tool_error(portal, alice, demo):
+    from servers.models import Effect, PermissionRule
+    from sessions import actions
+    from sessions.models import Approval, ApprovalState
+
+    PermissionRule.objects.create(team=demo.team, pattern="mcp__demo__echo", effect=Effect.ASK)
+    token = token_for(alice)
+
+    def decline_when_asked() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            approval = Approval.objects.filter(state=ApprovalState.PENDING).first()
+            if approval is not None:
+                actions.do_answer_approval(alice, approval.pk, "deny")
+                return
+            time.sleep(0.2)
+
+    decliner = threading.Thread(target=decline_when_asked)
+    decliner.start()
+    declined = run(f"{portal.url}/mcp/demo/", token, "2026-07-28", lambda c: c.call_tool("echo", {"message": "may I?"}))
+    decliner.join()
+    assert declined.is_error is True and "declined" in declined.content[0].text
+
+
+def test_without_a_token_the_endpoint_says_where_to_sign_in(portal):
+    answer = httpx.post(f"{portal.url}/mcp/", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    assert answer.status_code == 401
+    challenge = answer.headers["www-authenticate"]
+    assert challenge.startswith("Bearer ")
+    assert f'resource_metadata="{portal.url}/.well-known/oauth-protected-resource/mcp"' in challenge
+    bad = httpx.post(
+        f"{portal.url}/mcp/demo/",
+        json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+        headers={"Authorization": "Bearer mcpp_not-a-token"},
+    )
+    assert bad.status_code == 401 and 'error="invalid_token"' in bad.headers["www-authenticate"]
+
+
+def test_another_origin_or_host_is_refused(portal, alice, demo):
+    token = token_for(alice)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"}
+    evil = httpx.post(f"{portal.url}/mcp/demo/", json=body, headers={**headers, "Origin": "http://evil.example"})
+    assert evil.status_code == 403
+    rebound = httpx.post(f"{portal.url}/mcp/demo/", json=body, headers={**headers, "Host": "evil.example"})
+    assert rebound.status_code == 403
+
+
+def test_a_person_sees_only_their_own_teams_servers(portal, alice, carol, demo):
+    from servers.models import Server
+
+    globex = Server.objects.create(
+        team=carol.memberships.get().team, name="globex-demo", transport="stdio", command="x", created_by=carol
+    )
+    token = token_for(alice)
+    listed = run(f"{portal.url}/mcp/", token, "2026-07-28", lambda c: c.list_tools())
+    assert not any(name.startswith("globex") for name in names(listed))
+    # Another team's server reads as unknown on its own path, and its tool names are not callable.
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    other = httpx.post(f"{portal.url}/mcp/{globex.name}/", json=body, headers={"Authorization": f"Bearer {token}"})
+    assert other.status_code == 404
+    refused = run(f"{portal.url}/mcp/", token, "legacy", lambda c: c.call_tool("globex-demo__echo", {}))
+    assert refused.is_error is True
+
+
+def test_a_token_limited_to_some_servers_reaches_only_those(portal, alice, demo):
+    from servers.models import Server
+
+    other = Server.objects.create(
+        team=demo.team, name="other", transport="stdio", command="x", created_by=alice, tools=[{"name": "t"}]
+    )
+    token = token_for(alice, servers=[other])
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    refused = httpx.post(f"{portal.url}/mcp/demo/", json=body, headers={"Authorization": f"Bearer {token}"})
+    assert refused.status_code == 404
+
+
+def test_a_revoked_token_is_refused_at_once(portal, alice, demo):
+    from sessions.access_tokens import do_create_token, do_revoke_token
+
+    row, token = do_create_token(alice, "soon revoked")
+    assert run(f"{portal.url}/mcp/demo/", token, "2026-07-28", lambda c: c.list_tools()).tools
+    do_revoke_token(alice, row.pk)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    answer = httpx.post(f"{portal.url}/mcp/demo/", json=body, headers={"Authorization": f"Bearer {token}"})
+    assert answer.status_code == 401
+
+
+def test_a_handshake_session_is_bound_to_the_token_that_opened_it(portal, alice, bob, demo):
+    alice_token, bob_token = token_for(alice), token_for(bob)
+    accept = {"Accept": "application/json, text/event-stream"}
+    opened = httpx.post(
+        f"{portal.url}/mcp/demo/",
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        },
+        headers={"Authorization": f"Bearer {alice_token}", **accept},
+    )
+    assert opened.status_code == 200
+    session = opened.headers["mcp-session-id"]
+    stolen = httpx.post(
+        f"{portal.url}/mcp/demo/",
+        json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        headers={
+            "Authorization": f"Bearer {bob_token}",
+            "Mcp-Session-Id": session,
+            "Mcp-Protocol-Version": "2025-11-25",
+            **accept,
+        },
+    )
+    assert stolen.status_code == 404
+
+
+@pytest.mark.parametrize("mode", ERAS)
+def test_resources_and_prompts_are_relayed(portal, alice, demo, mode):
+    token = token_for(alice)
+
+    async def work(client):
+        resources = await client.list_resources()
+        readme = await client.read_resource("demo://readme")
+        prompts = await client.list_prompts()
+        review = await client.get_prompt("review", {"code": "print(1)"})
+        return resources, readme, prompts, review
+
+    resources, readme, prompts, review = run(f"{portal.url}/mcp/demo/", token, mode, work)
+    assert "demo://readme" in [str(r.uri) for r in resources.resources]
+    assert readme.contents and "portal" in readme.contents[0].text.lower()
+    assert "review" in [p.name for p in prompts.prompts]
+    assert "print(1)" in review.messages[0].content.text
+
+    async def aggregate(client):
+        return await client.list_prompts(), await client.read_resource("demo://readme")
+
+    prompts, readme = run(f"{portal.url}/mcp/", token, mode, aggregate)
+    assert "demo__review" in [p.name for p in prompts.prompts]
+    assert readme.contents
+
+
+def test_log_messages_of_the_upstream_server_reach_the_client(portal, alice, demo):
+    token = token_for(alice)
+    heard: list[str] = []
+
+    async def on_log(params) -> None:
+        heard.append(str(params.data))
+
+    async def work(client):
+        return await client.call_tool("chatter", {"text": "relayed"})
+
+    said = run(f"{portal.url}/mcp/demo/", token, "legacy", work, logging_callback=on_log)
+    assert said.is_error is False
+    assert any("relayed" in line for line in heard)
+
+
+@pytest.mark.parametrize("mode", ERAS)
+def test_the_clients_cancel_cancels_the_upstream_call(portal, alice, demo, mode):
+    import anyio
+
+    from sessions.models import ToolCall
+
+    token = token_for(alice)
+
+    async def work(client):
+        with anyio.move_on_after(3):
+            await client.call_tool("sleep", {"seconds": 30})
+        return "gave up"
+
+    assert run(f"{portal.url}/mcp/demo/", token, mode, work) == "gave up"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        call = ToolCall.objects.get(tool="sleep")
+        if call.finished:
+            break
+        time.sleep(0.2)
+    assert call.status == "cancelled", (call.status, call.error)
