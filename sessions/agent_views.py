@@ -6,6 +6,8 @@ redirect, not in the session, not cached (docs/mcp-endpoint.md).
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
@@ -52,7 +54,7 @@ def revoke_token(request: HttpRequest, token_id: int) -> HttpResponse:
     return redirect("connect_agent")
 
 
-def _context(request: HttpRequest, form: AccessTokenForm, created: tuple[AccessToken, str] | None) -> dict:
+def _context(request: HttpRequest, form: AccessTokenForm, created: tuple[AccessToken, str] | None) -> dict[str, Any]:
     url = request.build_absolute_uri("/mcp/")
     servers = Server.objects.usable_by(request.user).select_related("team").order_by("name")
     return {

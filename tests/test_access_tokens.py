@@ -104,6 +104,18 @@ def test_the_page_needs_a_login():
     assert response.status_code == 302 and "/accounts/login/" in response["Location"]
 
 
+def test_making_and_revoking_need_the_pages_csrf_token(bob):
+    text = AgentPage(bob).create("laptop")
+    token = AccessToken.objects.get(user=bob)
+    other_site = Client(enforce_csrf_checks=True)
+    other_site.force_login(bob)
+    assert other_site.post("/agents/", {"name": "theirs"}).status_code == 403
+    assert other_site.post(f"/agents/tokens/{token.pk}/revoke/").status_code == 403
+    assert AccessToken.objects.count() == 1 and check_token(text) is not None
+    # Revoking is a POST only: a link cannot do it.
+    assert other_site.get(f"/agents/tokens/{token.pk}/revoke/").status_code == 405
+
+
 # -- revoke ----------------------------------------------------------------------------------------
 
 
