@@ -56,6 +56,7 @@ def do_create_token(
         digest=digest(text),
         prefix=text[: len(PREFIX) + 4],
         expires_at=timezone.now() + timedelta(days=expires_days) if expires_days else None,
+        limited=bool(servers),
     )
     if servers:
         token.servers.set(servers)
@@ -64,7 +65,8 @@ def do_create_token(
 
 def do_revoke_token(user: Any, token_id: Any) -> AccessToken:
     """Revoked at once: the next request with it is refused. Another person's token reads as unknown."""
-    token = AccessToken.objects.filter(pk=token_id, user=user).first() if str(token_id).isdigit() else None
+    # isdecimal, not isdigit: "²" is a digit that int() refuses.
+    token = AccessToken.objects.filter(pk=int(token_id), user=user).first() if str(token_id).isdecimal() else None
     if token is None:
         raise TokenError("Unknown token.")
     if token.revoked_at is None:
@@ -101,5 +103,6 @@ def check_token(text: str) -> Agent | None:
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at > LAST_USED_EVERY:
         AccessToken.objects.filter(pk=token.pk).update(last_used_at=now)
-    limited = frozenset(token.servers.values_list("pk", flat=True))
-    return Agent(user=token.user, token=token, servers=limited or None, credential=f"pat:{token.pk}")
+    # A limited token whose servers were all deleted reaches none (an empty set), never all of them.
+    limited = frozenset(token.servers.values_list("pk", flat=True)) if token.limited else None
+    return Agent(user=token.user, token=token, servers=limited, credential=f"pat:{token.pk}")

@@ -59,8 +59,11 @@ class AccessToken(models.Model):
     digest = models.CharField(max_length=64, unique=True)
     # The token's first characters, so a person can tell their tokens apart on the page.
     prefix = models.CharField(max_length=16)
-    # Empty: every server the owner may use; otherwise only these.
+    # Not limited: every server the owner may use; limited: only `servers`.
     servers = models.ManyToManyField("servers.Server", blank=True, related_name="access_tokens")
+    # Kept apart from `servers`: deleting a token's last server empties that set, and an empty set
+    # read as "not limited" would widen the token to every server its owner may use.
+    limited = models.BooleanField(default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
@@ -74,8 +77,16 @@ class AccessToken(models.Model):
 
     @property
     def active(self) -> bool:
-        now = timezone.now()
-        return self.revoked_at is None and (self.expires_at is None or self.expires_at > now)
+        return self.state == "active"
+
+    @property
+    def state(self) -> str:
+        """ "revoked", "expired" or "active", as the person's page shows it."""
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= timezone.now():
+            return "expired"
+        return "active"
 
 
 class ToolCallManager(models.Manager["ToolCall"]):

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import views
+from . import agent_views, views
 
 urlpatterns = [
     path("playground/", views.playground, name="playground"),
@@ -12,4 +12,6 @@ urlpatterns = [
     path("calls/<uuid:call_id>/full-output", views.call_full_output, name="call_full_output"),
     path("calls/<uuid:call_id>/export.json", views.call_export, name="call_export"),
     path("audit/", views.audit_log, name="audit_log"),
+    path("agents/", agent_views.connect_agent, name="connect_agent"),
+    path("agents/tokens/<int:token_id>/revoke/", agent_views.revoke_token, name="revoke_access_token"),
 ]
