@@ -19,7 +19,7 @@ from servers.models import Server
 from . import agent_setup
 from .access_tokens import TokenError, do_create_token, do_revoke_token
 from .agent_forms import AccessTokenForm
-from .mcp.naming import normalize_name
+from .gateway import server_paths
 from .models import AccessToken
 
 
@@ -64,5 +64,8 @@ def _context(request: HttpRequest, form: AccessTokenForm, created: tuple[AccessT
         "created_text": created[1] if created else "",
         "endpoint_url": url,
         "snippets": agent_setup.snippets(url, created[1] if created else ""),
-        "server_endpoints": [(s, request.build_absolute_uri(f"/mcp/{normalize_name(s.name)}/")) for s in servers],
+        # The names the endpoint gives them (two servers of one name in two teams get two paths).
+        "server_endpoints": [
+            (n.server, request.build_absolute_uri(f"/mcp/{n.path}/")) for n in server_paths(list(servers))
+        ],
     }

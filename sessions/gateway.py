@@ -270,6 +270,16 @@ class PortalGateway:
                 raise
 
     async def _follow(self, caller: Caller, agent: Agent, call_id: str, status: str, inbox: Inbox) -> dict[str, Any]:
+        asked: list[asyncio.Future[None]] = []  # forms and sampling requests relayed to the client
+        try:
+            return await self._until_ended(caller, agent, call_id, status, inbox, asked)
+        finally:
+            for question in asked:
+                question.cancel()  # the call ended: a question still open at the client is moot
+
+    async def _until_ended(
+        self, caller: Caller, agent: Agent, call_id: str, status: str, inbox: Inbox, asked: list[asyncio.Future[None]]
+    ) -> dict[str, Any]:
         held = status == CallStatus.AWAITING_APPROVAL
         ticks = 0
         last_keepalive = time.monotonic()
@@ -303,6 +313,54 @@ class PortalGateway:
                 await caller.progress(event.get("progress") or 0, event.get("total"), event.get("message"))
             elif kind == "call.log" and caller.log:
                 await caller.log(str(event.get("level") or "info"), event.get("logger"), event.get("data"))
+            elif kind == "elicitation.requested" and event.get("mode") == "form" and caller.elicit:
+                asked.append(asyncio.ensure_future(self._relay_form(caller, agent, event)))
+            elif kind == "sampling.requested" and caller.sample:
+                asked.append(asyncio.ensure_future(self._relay_sampling(caller, agent, event)))
+
+    async def _relay_form(self, caller: Caller, agent: Agent, event: dict[str, Any]) -> None:
+        """A form of the upstream server, asked of the client (it declared elicitation); its answer
+        goes the way the browser's does, checked against the schema. The person may answer first in
+        the browser: then the client's answer is too late, and dropped."""
+        assert caller.elicit is not None
+        eid = str(event.get("elicitation"))
+        try:
+            answer = await caller.elicit(str(event.get("message") or ""), event.get("schema") or {})
+        except Exception:  # noqa: BLE001 - a client that cannot answer leaves the form to the browser
+            log.info("the client could not answer form %s; the browser may", eid, exc_info=True)
+            return
+        action, content = answer.get("action"), answer.get("content")
+        if action not in ("accept", "decline", "cancel"):
+            return
+        try:
+            channel, _ = await database_sync_to_async(actions.do_take_elicitation_answer)(
+                agent.user, eid, action, content
+            )
+        except actions.AnswerError:
+            return
+        message = {"type": "elicitation.answer", "elicitation": eid, "action": action, "content": content}
+        await get_channel_layer().send(channel, message)
+        await events.publish(
+            agent.user.pk, {"type": "elicitation.answered", "call": event.get("call"), "elicitation": eid}
+        )
+
+    async def _relay_sampling(self, caller: Caller, agent: Agent, event: dict[str, Any]) -> None:
+        """A sampling request of the upstream server, asked of the client's model, as for forms."""
+        assert caller.sample is not None
+        sid = str(event.get("sampling"))
+        try:
+            answer = await caller.sample(event.get("request") or {})
+        except Exception:  # noqa: BLE001 - as for forms: the browser may still answer
+            log.info("the client could not answer sampling request %s", sid, exc_info=True)
+            return
+        text, model = str(answer.get("text") or "")[:100_000], str(answer.get("model") or "")[:200]
+        try:
+            channel, _ = await database_sync_to_async(actions.do_take_sampling_answer)(agent.user, sid, "approve", text)
+        except actions.AnswerError:
+            return
+        message = {"type": "sampling.answer", "sampling": sid, "action": "approve", "text": text, "model": model}
+        await get_channel_layer().send(channel, message)
+        await events.publish(agent.user.pk, {"type": "sampling.answered", "call": event.get("call"), "sampling": sid})
 
     # -- resources, prompts, completions: asked of the worker holding the person's session --
 

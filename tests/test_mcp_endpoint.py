@@ -365,3 +365,82 @@ def test_the_clients_cancel_cancels_the_upstream_call(portal, alice, demo, mode)
             break
         time.sleep(0.2)
     assert call.status == "cancelled", (call.status, call.error)
+
+
+def test_a_form_goes_to_a_client_that_can_answer_it(portal, alice, demo):
+    import mcp_types as types
+
+    token = token_for(alice)
+    asked: list[str] = []
+
+    async def on_elicit(ctx, params):
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"name": "Ada", "email": "ada@example.org"})
+
+    answered = run(
+        f"{portal.url}/mcp/demo/",
+        token,
+        "legacy",
+        lambda c: c.call_tool("ask", {"topic": "the endpoint"}),
+        elicitation_callback=on_elicit,
+    )
+    assert asked == ["Who should we contact about the endpoint?"]
+    assert answered.content[0].text == "will contact Ada <ada@example.org> about the endpoint"
+
+
+def test_a_sampling_request_goes_to_a_client_that_can_answer_it(portal, alice, demo):
+    import mcp_types as types
+
+    token = token_for(alice)
+
+    async def on_sample(ctx, params):
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text="short."), model="client-model"
+        )
+
+    said = run(
+        f"{portal.url}/mcp/demo/",
+        token,
+        "legacy",
+        lambda c: c.call_tool("summarize", {"text": "a long text"}),
+        sampling_callback=on_sample,
+    )
+    assert said.content[0].text == "client-model says: short."
+
+
+def test_a_form_for_a_client_without_the_capability_is_answered_in_the_browser(portal, alice, demo):
+    from tests.security.conftest import DaphneSocket
+    from tests.ws import session_cookie
+
+    token, cookie = token_for(alice), session_cookie(alice)
+
+    async def person() -> None:
+        # The person's open playground page: it hears the form and answers it (docs/websocket-protocol.md).
+        async with DaphneSocket(portal.socket_address, cookie) as page:
+            while True:
+                event = await page.receive(timeout=60)
+                if event.get("type") == "elicitation.requested":
+                    break
+            content = {"name": "Bo", "email": "bo@example.org"}
+            await page.send(
+                {
+                    "type": "answer_elicitation",
+                    "elicitation": event["elicitation"],
+                    "action": "accept",
+                    "content": content,
+                }
+            )
+            while (await page.receive(timeout=60)).get("type") != "elicitation.answered":
+                pass
+
+    async def both():
+        answering = asyncio.ensure_future(person())
+        await asyncio.sleep(0.5)  # the page is open before the call starts, as a person's would be
+        answered = await _session(
+            f"{portal.url}/mcp/demo/", token, "2026-07-28", lambda c: c.call_tool("ask", {"topic": "x"})
+        )
+        await answering
+        return answered
+
+    answered = asyncio.run(both())
+    assert answered.content[0].text == "will contact Bo <bo@example.org> about x"

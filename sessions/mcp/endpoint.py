@@ -13,7 +13,7 @@ import asyncio
 import logging
 import warnings
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import mcp_types as types
@@ -22,6 +22,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
+from mcp.shared.message import ServerMessageMetadata
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,10 @@ class Caller:
     wants_progress: bool = False
     progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None
     log: Callable[[str, str | None, Any], Awaitable[None]] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    # Set when the client declared the capability and this request can carry a request back to it
+    # (the handshake era's stream); otherwise the person answers in the browser.
+    elicit: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] | None = None
+    sample: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None
 
 
 class Gateway(Protocol):
@@ -98,6 +102,21 @@ def _caller(ctx: Any) -> Caller:
         except Exception:  # noqa: BLE001 - a log line the client cannot take must not end the call
             log.debug("could not relay a log message", exc_info=True)
 
+    async def elicit(message: str, schema: dict[str, Any]) -> dict[str, Any]:
+        answer = await session.elicit_form(message, schema, related_request_id=ctx.request_id)
+        return {"action": answer.action, "content": answer.content}
+
+    async def sample(params: dict[str, Any]) -> dict[str, Any]:
+        request = types.CreateMessageRequest.model_validate({"method": "sampling/createMessage", "params": params})
+        reply = await session.send_request(
+            request, types.CreateMessageResult, metadata=ServerMessageMetadata(related_request_id=ctx.request_id)
+        )
+        content = reply.content if not isinstance(reply.content, list) else (reply.content or [None])[0]
+        text = getattr(content, "text", "") or ""
+        return {"action": "approve", "text": text, "model": reply.model or ""}
+
+    capabilities = session.client_capabilities
+    can_ask = session.can_send_request and capabilities is not None
     return Caller(
         agent=found.agent,
         server=found.server,
@@ -106,6 +125,8 @@ def _caller(ctx: Any) -> Caller:
         wants_progress=token is not None,
         progress=progress,
         log=to_log,
+        elicit=elicit if can_ask and capabilities.elicitation is not None else None,
+        sample=sample if can_ask and capabilities.sampling is not None else None,
     )
 
 
