@@ -1,0 +1,30 @@
+"""The portal's own authorization server (sessions/oauth_server.py): metadata at the site root,
+the protocol under /oauth/."""
+
+from django.urls import path
+from oauth2_provider import views as dot
+
+from sessions import oauth_server
+
+urlpatterns = [
+    path(
+        ".well-known/oauth-authorization-server",
+        oauth_server.authorization_server_metadata,
+        name="oauth_server_metadata",
+    ),
+    path(
+        ".well-known/oauth-protected-resource/mcp",
+        oauth_server.protected_resource_metadata,
+        name="oauth_resource_metadata",
+    ),
+    path(
+        ".well-known/oauth-protected-resource/mcp/<str:server>",
+        oauth_server.protected_resource_metadata,
+        name="oauth_resource_metadata_server",
+    ),
+    path("oauth/authorize", oauth_server.PortalAuthorizationView.as_view(), name="oauth_authorize"),
+    path("oauth/token", dot.TokenView.as_view(), name="oauth_token"),
+    path("oauth/revoke", dot.RevokeTokenView.as_view(), name="oauth_revoke"),
+    path("oauth/register", oauth_server.register, name="oauth_register"),
+    path("agents/oauth/<int:application_id>/revoke", oauth_server.revoke_client, name="oauth_client_revoke"),
+]
