@@ -33,6 +33,8 @@ from django.views.decorators.http import require_GET, require_POST
 from oauth2_provider.models import AccessToken, Application, Grant, RefreshToken
 from oauth2_provider.views import AuthorizationView
 
+from portal.middleware import content_security_policy_with_form_action
+
 from .access_tokens import Agent
 
 log = logging.getLogger(__name__)
@@ -289,7 +291,16 @@ class PortalAuthorizationView(AuthorizationView):
             return self._refused("The portal issues tokens only for its own MCP endpoint (/mcp/ or /mcp/<server>/).")
         request.GET = request.GET.copy()
         request.GET.setlist("resource", [resource])
-        return super().get(request, *args, **kwargs)
+        response = super().get(request, *args, **kwargs)
+        redirect_uri = getattr(self, "oauth2_data", {}).get("redirect_uri")
+        if response.status_code == 200 and redirect_uri:
+            # The consent form's answer is a redirect to the client (its redirect URI, checked by
+            # now against the registered ones): the policy lets the form go there and nowhere else.
+            parts = urlsplit(redirect_uri)
+            response.headers["Content-Security-Policy"] = content_security_policy_with_form_action(
+                f"{parts.scheme}://{parts.netloc}"
+            )
+        return response
 
     def form_valid(self, form: Any) -> HttpResponse:
         # The hidden field comes back from the browser: settled again, never taken as sent.

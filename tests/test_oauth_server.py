@@ -433,3 +433,25 @@ def test_the_clients_list_page_partial_names_no_token(client, bob):
 )
 def test_resources_are_compared_normalized(url, normal):
     assert normalize_resource(url) == normal
+
+
+def test_the_consent_page_may_send_its_form_only_back_to_the_client(client, bob):
+    _, info = register(client)
+    client.login(username="bob", password="pw-bob")
+    _, challenge = pkce()
+    page = client.get("/oauth/authorize", authorize_params(info["client_id"], challenge))
+    assert "form-action 'self' http://127.0.0.1:33418;" in page["Content-Security-Policy"]
+    assert "form-action 'self';" in client.get("/accounts/password/change/")["Content-Security-Policy"]
+
+
+def test_deny_sends_the_client_away_without_a_code(client, bob):
+    _, info = register(client)
+    client.login(username="bob", password="pw-bob")
+    _, challenge = pkce()
+    page = client.get("/oauth/authorize", authorize_params(info["client_id"], challenge))
+    form = {k: v for k, v in page.context["form"].initial.items() if v is not None}
+    answer = client.post("/oauth/authorize", form)
+    assert answer.status_code == 302
+    query = parse_qs(urlsplit(answer["Location"]).query)
+    assert query["error"] == ["access_denied"] and "code" not in query
+    assert not AccessToken.objects.exists()
