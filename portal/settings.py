@@ -341,7 +341,15 @@ OAUTH2_PROVIDER = {
     "OAUTH2_GRANT_TYPES_SUPPORTED": ["authorization_code", "refresh_token"],
     "OAUTH2_RESPONSE_TYPES_SUPPORTED": ["code"],
     "OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none"],
+    # Client ID metadata documents: a client_id that is an https URL is read from there, through
+    # the outbound policy (PORTAL_ALLOW_PRIVATE_NETWORK), at most 16 KB within 5 s.
+    "CIMD_ENABLED": envbool("PORTAL_OAUTH_CLIENT_ID_METADATA_DOCUMENTS", True),
+    "CIMD_METADATA_FETCHER": "sessions.oauth_server.ClientMetadataFetcher",
+    "CIMD_FETCH_TIMEOUT_SECONDS": 5,
+    "CIMD_MAX_DOCUMENT_SIZE": 16 * 1024,
 }
+# Certificates a client ID metadata document's server is checked against, if not the system's.
+PORTAL_OAUTH_CIMD_CA_FILE = os.environ.get("PORTAL_OAUTH_CIMD_CA_FILE", "")
 # Dynamic client registrations one address may make in a minute (sessions/oauth_server.py).
 PORTAL_OAUTH_REGISTRATIONS_PER_MINUTE = envint("PORTAL_OAUTH_REGISTRATIONS_PER_MINUTE", 10)
 

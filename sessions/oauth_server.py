@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import math
+import ssl
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,12 +31,16 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_GET, require_POST
+from oauth2_provider import cimd
 from oauth2_provider.models import AccessToken, Application, Grant, RefreshToken
+from oauth2_provider.settings import oauth2_settings
 from oauth2_provider.views import AuthorizationView
 
 from portal.middleware import content_security_policy_with_form_action
+from servers.outbound import network_policy
 
 from .access_tokens import Agent
+from .mcp.fetch import FetchRefused, fetch_json
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +126,7 @@ def authorization_server_metadata(request: HttpRequest) -> JsonResponse:
             "token_endpoint_auth_methods_supported": ["none"],
             "revocation_endpoint_auth_methods_supported": ["none"],
             "scopes_supported": [SCOPE],
-            "authorization_response_iss_parameter_supported": False,
+            "client_id_metadata_document_supported": bool(oauth2_settings.CIMD_ENABLED),
         }
     )
 
@@ -266,6 +271,32 @@ def register(request: HttpRequest) -> JsonResponse:
     return _public_json(client_information(app), 201)
 
 
+# -- client ID metadata documents ---------------------------------------------------------
+
+
+class ClientMetadataFetcher:
+    """DOT's CIMD fetcher (OAUTH2_PROVIDER["CIMD_METADATA_FETCHER"]), through the portal's own
+    outbound policy: a client_id URL reaches no more than a registered server's URL may, and its
+    document must pass the same checks as a registration."""
+
+    def fetch(self, client_id: str) -> tuple[dict[str, Any], int]:
+        ca_file = settings.PORTAL_OAUTH_CIMD_CA_FILE
+        try:
+            metadata, headers = fetch_json(
+                client_id,
+                network_policy(),
+                timeout=oauth2_settings.CIMD_FETCH_TIMEOUT_SECONDS,
+                max_bytes=oauth2_settings.CIMD_MAX_DOCUMENT_SIZE,
+                verify=ssl.create_default_context(cafile=ca_file) if ca_file else True,
+            )
+            _registration_error(metadata)
+        except FetchRefused as exc:
+            raise cimd.CIMDError(f"could not read the client ID metadata document: {exc}") from exc
+        except RegistrationRefused as exc:
+            raise cimd.CIMDError(f"{exc.error}: {exc.description}") from exc
+        return metadata, cimd._effective_max_age(headers.get("cache-control"))
+
+
 # -- the consent page ----------------------------------------------------------------------
 
 
@@ -318,6 +349,9 @@ class PortalAuthorizationView(AuthorizationView):
         context["endpoint"] = resource
         context["endpoint_server"] = endpoint_server(resource) if resource else ""
         context["redirect_host"] = urlsplit(kwargs.get("redirect_uri") or "").netloc
+        application = kwargs.get("application")
+        if application is not None and application.registration_source == Application.RegistrationSource.CIMD:
+            context["published_at"] = urlsplit(application.client_id).netloc
         return context
 
 

@@ -455,3 +455,120 @@ def test_deny_sends_the_client_away_without_a_code(client, bob):
     query = parse_qs(urlsplit(answer["Location"]).query)
     assert query["error"] == ["access_denied"] and "code" not in query
     assert not AccessToken.objects.exists()
+
+
+# -- client ID metadata documents -----------------------------------------------------------
+
+
+@pytest.fixture
+def document_server(tmp_path, settings):
+    """A real https server on 127.0.0.1 (its own certificate, trusted through the setting) that
+    serves whatever client ID metadata document a test puts in `documents`."""
+    import datetime
+    import http.server
+    import ipaddress
+    import ssl
+    import threading
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    documents: dict[str, bytes] = {}
+
+    class Documents(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the http.server spelling
+            body = documents.get(self.path)
+            self.send_response(200 if body is not None else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body or b"")))
+            self.end_headers()
+            self.wfile.write(body or b"")
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Documents)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_file, key_file)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    settings.PORTAL_OAUTH_CIMD_CA_FILE = str(cert_file)
+    base = f"https://127.0.0.1:{server.server_port}"
+
+    def publish(path: str, **metadata) -> str:
+        client_id = base + path
+        documents[path] = json.dumps({"client_id": client_id, **metadata}).encode()
+        return client_id
+
+    yield publish
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_client_id_metadata_document_is_read_and_used(client, bob, document_server):
+    client_id = document_server("/client.json", client_name="Doc Client", redirect_uris=[CALLBACK])
+    client.login(username="bob", password="pw-bob")
+    verifier, challenge = pkce()
+    params = authorize_params(client_id, challenge)
+    page = client.get("/oauth/authorize", params)
+    assert page.status_code == 200, page.content
+    text = page.content.decode()
+    assert "Let Doc Client act as you?" in text
+    assert f"describes itself at <strong>{urlsplit(client_id).netloc}</strong>" in text
+    code = consent(client, params)
+    status, tokens = exchange(
+        Client(),
+        grant_type="authorization_code",
+        code=code,
+        redirect_uri=CALLBACK,
+        client_id=client_id,
+        code_verifier=verifier,
+    )
+    assert status == 200, tokens
+    assert authenticate(bearer(tokens["access_token"]), AGGREGATE).user == bob
+
+
+def test_a_client_id_metadata_document_is_held_to_the_registration_rules(client, bob, document_server):
+    client_id = document_server("/evil.json", client_name="Evil", redirect_uris=["http://evil.example.com/cb"])
+    client.login(username="bob", password="pw-bob")
+    _, challenge = pkce()
+    params = authorize_params(client_id, challenge, redirect_uri="http://evil.example.com/cb")
+    assert client.get("/oauth/authorize", params).status_code == 400
+    # A document that names another client_id than its URL is not believed either.
+    liar = document_server("/liar.json", client_id="https://claude.ai/client.json", redirect_uris=[CALLBACK])
+    assert client.get("/oauth/authorize", authorize_params(liar, challenge)).status_code == 400
+    missing = urlsplit(client_id)._replace(path="/nothing.json").geturl()
+    assert client.get("/oauth/authorize", authorize_params(missing, challenge)).status_code == 400
+
+
+def test_a_client_id_metadata_document_is_read_only_where_the_outbound_policy_allows(
+    client, bob, document_server, settings
+):
+    client_id = document_server("/client.json", client_name="Doc Client", redirect_uris=[CALLBACK])
+    settings.PORTAL_ALLOW_PRIVATE_NETWORK = False
+    client.login(username="bob", password="pw-bob")
+    _, challenge = pkce()
+    assert client.get("/oauth/authorize", authorize_params(client_id, challenge)).status_code == 400
