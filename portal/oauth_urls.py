@@ -23,8 +23,8 @@ urlpatterns = [
         name="oauth_resource_metadata_server",
     ),
     path("oauth/authorize", oauth_server.PortalAuthorizationView.as_view(), name="oauth_authorize"),
-    path("oauth/token", dot.TokenView.as_view(), name="oauth_token"),
-    path("oauth/revoke", dot.RevokeTokenView.as_view(), name="oauth_revoke"),
+    path("oauth/token", oauth_server.open_to_browsers(dot.TokenView.as_view()), name="oauth_token"),
+    path("oauth/revoke", oauth_server.open_to_browsers(dot.RevokeTokenView.as_view()), name="oauth_revoke"),
     path("oauth/register", oauth_server.register, name="oauth_register"),
     path("agents/oauth/<int:application_id>/revoke", oauth_server.revoke_client, name="oauth_client_revoke"),
 ]

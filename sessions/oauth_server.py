@@ -15,8 +15,10 @@ import logging
 import math
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import wraps
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -102,14 +104,33 @@ def endpoint_server(resource: str) -> str:
 # -- metadata (RFC 8414, RFC 9728) ---------------------------------------------------------
 
 
+def open_to_browsers(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """CORS for the endpoints a browser-based MCP client (the MCP Inspector, a web agent) calls from
+    its own origin: metadata, registration, token and revoke. Any origin, never with cookies: none
+    of them acts on a session, so another origin gains nothing a script without the page has not."""
+
+    @wraps(view)
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.method == "OPTIONS":
+            response = HttpResponse(status=204)
+            response["Access-Control-Allow-Methods"] = "GET, POST, OPTIONS"
+            response["Access-Control-Allow-Headers"] = "Content-Type, Authorization, MCP-Protocol-Version"
+            response["Access-Control-Max-Age"] = "86400"
+        else:
+            response = view(request, *args, **kwargs)
+        response["Access-Control-Allow-Origin"] = "*"
+        return response
+
+    return csrf_exempt(wrapped)
+
+
 def _public_json(data: dict[str, Any], status: int = 200) -> JsonResponse:
-    # Browser-based MCP clients read these from other origins; they hold nothing secret.
     response = JsonResponse(data, status=status)
-    response["Access-Control-Allow-Origin"] = "*"
-    response["Cache-Control"] = "max-age=300"
+    response["Cache-Control"] = "max-age=300" if status == 200 else "no-store"
     return response
 
 
+@open_to_browsers
 @require_GET
 def authorization_server_metadata(request: HttpRequest) -> JsonResponse:
     base = base_url(request)
@@ -131,6 +152,7 @@ def authorization_server_metadata(request: HttpRequest) -> JsonResponse:
     )
 
 
+@open_to_browsers
 @require_GET
 def protected_resource_metadata(request: HttpRequest, server: str = "") -> JsonResponse:
     base = base_url(request)
@@ -249,7 +271,7 @@ def client_information(app: Application) -> dict[str, Any]:
     }
 
 
-@csrf_exempt
+@open_to_browsers
 @require_POST
 def register(request: HttpRequest) -> JsonResponse:
     wait = take_registration(request.META.get("REMOTE_ADDR", ""))
@@ -268,7 +290,9 @@ def register(request: HttpRequest) -> JsonResponse:
         return _public_json({"error": "invalid_client_metadata", "error_description": "The body is not JSON."}, 400)
     except RegistrationRefused as refused:
         return _public_json({"error": refused.error, "error_description": refused.description}, 400)
-    return _public_json(client_information(app), 201)
+    response = _public_json(client_information(app), 201)
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 # -- client ID metadata documents ---------------------------------------------------------

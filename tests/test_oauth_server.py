@@ -140,6 +140,20 @@ def test_protected_resource_metadata_for_the_aggregate_and_one_server(client):
         assert doc["bearer_methods_supported"] == ["header"]
 
 
+def test_browser_based_clients_may_call_from_another_origin(client):
+    for path in ("/.well-known/oauth-authorization-server", "/oauth/register", "/oauth/token", "/oauth/revoke"):
+        preflight = client.options(path, HTTP_ORIGIN="http://localhost:6274", HTTP_ACCESS_CONTROL_REQUEST_METHOD="POST")
+        assert preflight.status_code == 204, path
+        assert preflight["Access-Control-Allow-Origin"] == "*"
+        assert "Content-Type" in preflight["Access-Control-Allow-Headers"]
+    status, _ = register(client)
+    assert status == 201
+    response = client.post("/oauth/token", {"grant_type": "authorization_code", "code": "x", "client_id": "y"})
+    assert response.status_code in (400, 401)
+    assert response["Access-Control-Allow-Origin"] == "*"
+    assert "Access-Control-Allow-Credentials" not in response
+
+
 def test_the_challenge_names_the_metadata_the_portal_serves(client):
     from sessions.agent_auth import challenge
 
