@@ -36,7 +36,7 @@ from django.views.decorators.http import require_GET, require_POST
 from oauth2_provider import cimd
 from oauth2_provider.models import AccessToken, Application, Grant, RefreshToken
 from oauth2_provider.settings import oauth2_settings
-from oauth2_provider.views import AuthorizationView
+from oauth2_provider.views import AuthorizationView, TokenView
 
 from portal.middleware import content_security_policy_with_form_action
 from servers.outbound import network_policy
@@ -377,6 +377,23 @@ class PortalAuthorizationView(AuthorizationView):
         if application is not None and application.registration_source == Application.RegistrationSource.CIMD:
             context["published_at"] = urlsplit(application.client_id).netloc
         return context
+
+
+class PortalTokenView(TokenView):
+    """DOT's token endpoint, reading a `resource` in the form tokens are bound in, so that
+    `…/mcp` asks for the same endpoint as `…/mcp/` (DOT compares them as strings)."""
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if "resource" in request.POST:
+            form = request.POST.copy()
+            form.setlist("resource", [normalize_resource(value) or value for value in form.getlist("resource")])
+            request.POST = form
+        response = super().post(request, *args, **kwargs)
+        # Some of DOT's refusals (invalid_target) come without a content type; the body is JSON.
+        if not response.get("Content-Type", "").startswith("application/json"):
+            response["Content-Type"] = "application/json"
+        response["Cache-Control"] = "no-store"
+        return response
 
 
 # -- tokens at the endpoint ----------------------------------------------------------------

@@ -129,7 +129,12 @@ def test_authorization_server_metadata(client):
 
 
 def test_protected_resource_metadata_for_the_aggregate_and_one_server(client):
-    for path, resource in (("/mcp", AGGREGATE), ("/mcp/demo", f"{BASE}/mcp/demo/")):
+    for path, resource in (
+        ("/mcp", AGGREGATE),
+        ("/mcp/", AGGREGATE),
+        ("/mcp/demo", f"{BASE}/mcp/demo/"),
+        ("/mcp/demo/", f"{BASE}/mcp/demo/"),
+    ):
         response = client.get(f"/.well-known/oauth-protected-resource{path}")
         assert response.status_code == 200
         assert response["Access-Control-Allow-Origin"] == "*"
@@ -138,6 +143,11 @@ def test_protected_resource_metadata_for_the_aggregate_and_one_server(client):
         assert doc["authorization_servers"] == [BASE]
         assert doc["scopes_supported"] == ["mcp"]
         assert doc["bearer_methods_supported"] == ["header"]
+
+
+def test_the_origin_itself_is_no_resource(client):
+    assert client.get("/.well-known/oauth-protected-resource").status_code == 404
+    assert client.get("/.well-known/oauth-protected-resource/mcp/a/b").status_code == 404
 
 
 def test_browser_based_clients_may_call_from_another_origin(client):
@@ -258,6 +268,19 @@ def test_the_full_flow_with_pkce_and_refresh(client, bob):
     assert wrong == 400 and body["error"] == "invalid_grant"
 
     code = consent(client, params)
+    # A resource at the token endpoint may narrow the grant's, never widen it.
+    widened, body = exchange(
+        Client(),
+        grant_type="authorization_code",
+        code=code,
+        redirect_uri=CALLBACK,
+        client_id=info["client_id"],
+        code_verifier=verifier,
+        resource=AGGREGATE,
+    )
+    assert widened == 400 and body["error"] == "invalid_target"
+
+    code = consent(client, params)
     status, tokens = exchange(
         Client(),
         grant_type="authorization_code",
@@ -265,6 +288,7 @@ def test_the_full_flow_with_pkce_and_refresh(client, bob):
         redirect_uri=CALLBACK,
         client_id=info["client_id"],
         code_verifier=verifier,
+        resource=f"{BASE}/mcp/demo",  # the same endpoint, without its slash
     )
     assert status == 200, tokens
     assert tokens["token_type"] == "Bearer"
