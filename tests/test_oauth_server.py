@@ -310,11 +310,16 @@ def test_the_full_flow_with_pkce_and_refresh(client, bob):
     assert authenticate(bearer(renewed["access_token"]), f"{BASE}/mcp/demo/") is not None
     assert authenticate(bearer(renewed["access_token"]), AGGREGATE) is None
     assert authenticate(bearer(tokens["access_token"]), f"{BASE}/mcp/demo/") is None
-    # The rotated refresh token cannot be used again.
+    # The rotated refresh token cannot be used again, and trying revokes what came from it.
     again, _ = exchange(
         Client(), grant_type="refresh_token", refresh_token=tokens["refresh_token"], client_id=info["client_id"]
     )
     assert again == 400
+    assert authenticate(bearer(renewed["access_token"]), f"{BASE}/mcp/demo/") is None
+    later, _ = exchange(
+        Client(), grant_type="refresh_token", refresh_token=renewed["refresh_token"], client_id=info["client_id"]
+    )
+    assert later == 400
 
 
 def test_plain_pkce_is_refused(client, bob):
@@ -359,6 +364,8 @@ def test_a_resource_that_is_not_the_portals_endpoint_is_refused(client, bob):
     for resource in ("https://elsewhere.example.com/mcp/", f"{BASE}/admin/", f"{BASE}/mcp/a/b/"):
         response = client.get("/oauth/authorize", authorize_params(info["client_id"], challenge, resource=resource))
         assert response.status_code == 400, resource
+    two = {**authorize_params(info["client_id"], challenge), "resource": [AGGREGATE, f"{BASE}/mcp/a/"]}
+    assert client.get("/oauth/authorize", two).status_code == 400
 
 
 def test_a_tampered_resource_in_the_consent_form_is_refused(client, bob):
