@@ -201,7 +201,9 @@ def redirect_uri_error(uri: Any) -> str:
     return f"{uri!r} is neither https nor http to 127.0.0.1, localhost or [::1]"
 
 
-def _registration_error(metadata: Any) -> tuple[str, list[str]]:
+def checked_metadata(metadata: Any) -> tuple[str, list[str]]:
+    """A client's name and redirect URIs from its metadata (a registration or a client ID metadata
+    document), or RegistrationRefused saying what is wrong."""
     if not isinstance(metadata, dict):
         raise RegistrationRefused("invalid_client_metadata", "The body is a JSON object.")
     uris = metadata.get("redirect_uris")
@@ -246,7 +248,7 @@ def take_registration(address: str, now: float | None = None) -> float:
 @transaction.atomic
 def do_register_client(metadata: Any) -> Application:
     """A public client (no secret; PKCE proves it) that may use the authorization code grant."""
-    name, uris = _registration_error(metadata)
+    name, uris = checked_metadata(metadata)
     return Application.objects.create(
         name=name or "Unnamed MCP client",
         client_type=Application.CLIENT_PUBLIC,
@@ -313,7 +315,7 @@ class ClientMetadataFetcher:
                 max_bytes=oauth2_settings.CIMD_MAX_DOCUMENT_SIZE,
                 verify=ssl.create_default_context(cafile=ca_file) if ca_file else True,
             )
-            _registration_error(metadata)
+            checked_metadata(metadata)
         except FetchRefused as exc:
             raise cimd.CIMDError(f"could not read the client ID metadata document: {exc}") from exc
         except RegistrationRefused as exc:
