@@ -22,6 +22,12 @@ CONTENT_SECURITY_POLICY = "; ".join(
 )
 
 
+def content_security_policy_with_form_action(origin: str) -> str:
+    """The policy for a page whose form ends in a redirect to `origin` (Chromium holds a form's
+    redirects to form-action too): the OAuth consent page, which sends the person back to the client."""
+    return CONTENT_SECURITY_POLICY.replace("form-action 'self'", f"form-action 'self' {origin}")
+
+
 def content_security_policy(get_response: Callable[[HttpRequest], HttpResponse]):
     def middleware(request: HttpRequest) -> HttpResponse:
         response = get_response(request)

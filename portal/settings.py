@@ -78,6 +78,7 @@ INSTALLED_APPS = [
     "allauth",
     "allauth.account",
     "channels",
+    "oauth2_provider",
     "portal",
     "servers",
     "sessions.apps.SessionsConfig",
@@ -315,6 +316,46 @@ PORTAL_NEEDS_AUTH_SECONDS = envint("PORTAL_NEEDS_AUTH_SECONDS", 15 * 60)
 # default: a team admin is not trusted with the operator's environment (docs/security.md).
 PORTAL_SERVER_VARIABLES = envlist("PORTAL_SERVER_VARIABLES", "")
 
+# The portal as the OAuth 2.1 authorization server of its own MCP endpoint (sessions/oauth_server.py,
+# docs/mcp-endpoint.md): authorization code with PKCE (S256 only) and refresh tokens, for public
+# clients that register themselves; every token is bound to the one endpoint it was asked for.
+OAUTH2_PROVIDER = {
+    "SCOPES": {"mcp": "Act as you on the portal's MCP endpoint: call your team's servers within your rules"},
+    "DEFAULT_SCOPES": ["mcp"],
+    "PKCE_REQUIRED": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,  # "plain" refused
+    "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_ACCESS_TOKEN_TRANSPORT": True,  # tokens in the header, never the query
+    # Only digests of tokens are stored, as for personal access tokens.
+    "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,
+    "AUTHORIZATION_CODE_EXPIRE_SECONDS": 60,
+    "ACCESS_TOKEN_EXPIRE_SECONDS": envint("PORTAL_OAUTH_ACCESS_TOKEN_SECONDS", 3600),
+    "REFRESH_TOKEN_EXPIRE_SECONDS": envint("PORTAL_OAUTH_REFRESH_TOKEN_SECONDS", 30 * 24 * 3600),
+    "ROTATE_REFRESH_TOKEN": True,
+    # A refresh token used twice was stolen (or replayed): every token of that chain is revoked.
+    "REFRESH_TOKEN_REUSE_PROTECTION": True,
+    # Always ask: a client registered by anyone must not be let through on an earlier consent.
+    "REQUEST_APPROVAL_PROMPT": "force",
+    "ALLOWED_REDIRECT_URI_SCHEMES": ["http", "https"],
+    # RFC 8252 §7.3: a native client's loopback redirect may name any port; "localhost" as well
+    # as 127.0.0.1 and [::1], since Claude Code and others register it.
+    "ALLOW_LOCALHOST_LOOPBACK": True,
+    "OAUTH2_GRANT_TYPES_SUPPORTED": ["authorization_code", "refresh_token"],
+    "OAUTH2_RESPONSE_TYPES_SUPPORTED": ["code"],
+    "OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none"],
+    # Client ID metadata documents: a client_id that is an https URL is read from there, through
+    # the outbound policy (PORTAL_ALLOW_PRIVATE_NETWORK), at most 16 KB within 5 s.
+    "CIMD_ENABLED": envbool("PORTAL_OAUTH_CLIENT_ID_METADATA_DOCUMENTS", True),
+    "CIMD_METADATA_FETCHER": "sessions.oauth_server.ClientMetadataFetcher",
+    "CIMD_FETCH_TIMEOUT_SECONDS": 5,
+    "CIMD_MAX_DOCUMENT_SIZE": 16 * 1024,
+}
+# Certificates a client ID metadata document's server is checked against, if not the system's.
+PORTAL_OAUTH_CIMD_CA_FILE = os.environ.get("PORTAL_OAUTH_CIMD_CA_FILE", "")
+# Dynamic client registrations one address may make in a minute (sessions/oauth_server.py).
+PORTAL_OAUTH_REGISTRATIONS_PER_MINUTE = envint("PORTAL_OAUTH_REGISTRATIONS_PER_MINUTE", 10)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -326,6 +367,9 @@ LOGGING = {
         "httpx2": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},
         "daphne": {"level": "WARNING"},
+        # Their debug lines carry request bodies (codes, tokens): never below WARNING.
+        "oauthlib": {"level": "WARNING"},
+        "oauth2_provider": {"level": "WARNING"},
         # Celery's two lines per task ("received", "succeeded in"): every call is recorded, with its
         # times, in the database; at hundreds of calls a second these lines cost CPU and say nothing more.
         "celery.worker.strategy": {"level": "WARNING"},

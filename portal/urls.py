@@ -14,4 +14,5 @@ urlpatterns = [
     path("teams/", include("servers.team_urls")),
     path("", include("servers.credentials.urls")),
     path("", include("sessions.urls")),
+    path("", include("portal.oauth_urls")),
 ]

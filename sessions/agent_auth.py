@@ -9,7 +9,8 @@ client such as Claude Code finds where to sign in.
 
 from __future__ import annotations
 
-from .access_tokens import Agent, check_token
+from .access_tokens import PREFIX, Agent, check_token
+from .oauth_server import check_oauth_token
 
 
 def bearer(authorization: str | None) -> str:
@@ -24,7 +25,10 @@ def authenticate(authorization: str | None, resource: str) -> Agent | None:
     token = bearer(authorization)
     if not token:
         return None
-    return check_token(token)
+    if token.startswith(PREFIX):
+        return check_token(token)
+    # An OAuth access token is good only at the endpoint it was issued for (RFC 8707).
+    return check_oauth_token(token, resource)
 
 
 def resource_metadata_url(base: str, path: str) -> str:
