@@ -21,6 +21,7 @@ from .access_tokens import TokenError, do_create_token, do_revoke_token
 from .agent_forms import AccessTokenForm
 from .gateway import server_paths
 from .models import AccessToken
+from .oauth_server import oauth_clients_for
 
 
 @login_required
@@ -64,6 +65,7 @@ def _context(request: HttpRequest, form: AccessTokenForm, created: tuple[AccessT
         "created_text": created[1] if created else "",
         "endpoint_url": url,
         "snippets": agent_setup.snippets(url, created[1] if created else ""),
+        "oauth_clients": oauth_clients_for(request.user),
         # The names the endpoint gives them (two servers of one name in two teams get two paths).
         "server_endpoints": [
             (n.server, request.build_absolute_uri(f"/mcp/{n.path}/")) for n in server_paths(list(servers))
