@@ -37,10 +37,10 @@ function expiresText(approval) {
 }
 
 // A form like the server's: it still posts if the socket cannot take the answer.
-function answerForm(ids, ...buttons) {
+function answerForm(cls, ids, ...buttons) {
   return h(
     "form",
-    { method: "post", action: answerUrl, class: "actions" },
+    { method: "post", action: answerUrl, class: cls },
     h("input", { type: "hidden", name: "csrfmiddlewaretoken", value: csrf }),
     ids.map((id) => h("input", { type: "hidden", name: "approval", value: id })),
     buttons,
@@ -88,6 +88,7 @@ function card(approval) {
     h("pre", { class: "json arguments", text: JSON.stringify(approval.arguments, null, 2) }),
     diff,
     answerForm(
+      "actions",
       [id],
       button("allow_once", "Allow once", "primary"),
       approval.can_remember ? button("always_allow", "Always allow") : null,
@@ -108,24 +109,28 @@ function renderedDiff(rows) {
 function render() {
   // Several waiting calls of one tool of one server: one button allows each of them once.
   const groups = new Map();
-  for (const approval of approvals.values()) {
+  // Oldest first, however the events arrived (all were given the same timeout).
+  const oldestFirst = [...approvals.values()].sort((a, b) => Date.parse(a.expires_at) - Date.parse(b.expires_at));
+  for (const approval of oldestFirst) {
     const key = `${approval.server}\u0000${approval.tool}`;
     if (!groups.has(key)) groups.set(key, []);
     groups.get(key).push(approval);
   }
+  // Drawn anew on each change: a keyboard user keeps their place (the same button, or the next card's),
+  // unless they went elsewhere on the page.
+  const keep = place && (box.contains(document.activeElement) || document.activeElement === document.body);
   const errors = new Map([...box.querySelectorAll("[data-approval]")].map((el) => [el.dataset.approval, el.querySelector(".error")?.textContent]));
   box.replaceChildren(
     ...[...groups.values()].map((group) => {
       const { server_name: server, tool } = group[0];
       const all = group.length > 1
         ? answerForm(
+            "approve-all row",
             group.map((a) => a.approval),
             h("span", {}, `${group.length} calls of `, h("strong", { text: server }), " · ", h("code", { text: tool }), " wait."),
             button("allow_once", `Allow all ${group.length} once`),
           )
         : null;
-      all?.classList.replace("actions", "approve-all");
-      all?.classList.add("row");
       return h("section", { class: "approval-group", "aria-label": `${server} · ${tool}` }, all, group.map(card));
     }),
   );
@@ -134,6 +139,27 @@ function render() {
     if (holder && text) holder.textContent = text;
   }
   $("approvals-empty").hidden = approvals.size > 0;
+  if (keep) refocus(place);
+}
+
+let place = null; // where focus last was among the cards
+box.addEventListener("focusin", (event) => {
+  const holder = event.target.closest("[data-approval]");
+  place = {
+    approval: holder?.dataset.approval,
+    answer: event.target.value,
+    index: [...box.querySelectorAll("[data-approval]")].indexOf(holder),
+  };
+});
+
+function refocus({ approval, answer, index }) {
+  const cards = [...box.querySelectorAll("[data-approval]")];
+  const same = cards.find((el) => el.dataset.approval === approval);
+  const target = same
+    ? same.querySelector(`button[value="${answer}"]:not(:disabled)`) || same.querySelector("button:not(:disabled)")
+    : cards[Math.min(Math.max(index, 0), cards.length - 1)]?.querySelector("button:not(:disabled)");
+  if (target) target.focus();
+  else if (!same && !cards.length) $("approvals-empty").focus();
 }
 
 function add(event) {

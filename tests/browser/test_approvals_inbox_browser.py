@@ -155,9 +155,12 @@ def test_allow_all_once_answers_every_waiting_call_of_the_tool_and_deny_ends_one
     calls = [start_call_elsewhere(page, demo_server, f"note {n}")["call"] for n in (1, 2, 3)]
     expect(inbox.cards).to_have_count(3)
     expect(count(page)).to_have_text("3 waiting")
+    page.bring_to_front()  # the other tabs took the front
 
-    inbox.answer("note 3", "Deny")
+    # By keyboard: the answered card goes, and focus moves to a remaining one's first button.
+    inbox.card("note 3").get_by_role("button", name="Deny").press("Enter")
     expect(inbox.cards).to_have_count(2)
+    expect(page.locator("article.approval-card button:focus")).to_have_text("Allow once")
     assert wait_for_status(calls[2], "rejected").status == "rejected"
 
     page.get_by_role("button", name="Allow all 2 once").click()
