@@ -213,3 +213,11 @@ def test_a_card_shows_what_changed_since_the_tool_was_always_allowed(alice, demo
     assert "The tool changed since you approved it" in page
     assert re.search(r'<tr class="diff-removed">.*Save a short note\.', page)
     assert re.search(r'<tr class="diff-added">.*mail it to everyone you know', page)
+
+
+def test_the_approval_event_says_how_the_call_came(alice, demo):
+    by_agent = ask(alice, demo, "agent", came=AGENT).as_event()
+    by_page = ask(alice, demo, "page").as_event()
+
+    assert (by_agent["via"], by_agent["client"]) == ("mcp", "claude-code 2.1.0")
+    assert (by_page["via"], by_page["client"]) == ("playground", "")

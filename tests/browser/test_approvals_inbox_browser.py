@@ -19,6 +19,7 @@ from playwright.sync_api import Page, expect
 from sessions.actions import Came, do_start_tool_call
 from sessions.models import Approval, ToolCall, Via
 from tests.browser.conftest import SCREENSHOTS, TIMEOUT_MS, log_in
+from tests.browser.test_playground_browser import call_status, open_playground, pick_tool
 from tests.test_approvals_inbox import WRITE_NOTE, changed_since_always_allowed
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -146,6 +147,22 @@ def test_an_agents_call_shows_its_client_and_what_changed(page: Page, alice, dem
     expect(count(page)).to_have_text("2 waiting")
     page.bring_to_front()
     page.screenshot(path=str(SCREENSHOTS / "approvals-inbox.png"), full_page=True)
+    assert page.problems == []
+
+
+def test_on_the_playground_the_count_and_the_dialog_agree(page: Page, alice, demo_server):
+    # The playground keeps its own socket; the count listens on a second one.
+    log_in(page, "alice", "pw-alice")
+    open_playground(page, demo_server)
+    pick_tool(page, "Write a note")
+    page.get_by_label("Text").fill("from the playground")
+    page.get_by_role("button", name="Call tool").click()
+    dialog = page.get_by_role("dialog", name="Allow this tool call?")
+    expect(dialog).to_be_visible()
+    expect(count(page)).to_have_text("1 waiting")
+    dialog.get_by_role("button", name="Allow once").click()
+    expect(call_status(page)).to_contain_text("Succeeded")
+    expect(count(page)).to_be_hidden()
     assert page.problems == []
 
 
