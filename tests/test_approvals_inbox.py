@@ -221,3 +221,15 @@ def test_the_approval_event_says_how_the_call_came(alice, demo):
 
     assert (by_agent["via"], by_agent["client"]) == ("mcp", "claude-code 2.1.0")
     assert (by_page["via"], by_page["client"]) == ("playground", "")
+
+
+def test_an_answer_without_the_pages_csrf_token_is_refused(alice, demo):
+    approval = ask(alice, demo, "forged")
+
+    forged = logged_in(alice, enforce_csrf_checks=True).post(
+        "/approvals/answer", {"approval": approval.pk, "answer": "allow_once"}
+    )
+
+    assert forged.status_code == 403
+    approval.refresh_from_db()
+    assert approval.state == "pending"
