@@ -109,7 +109,7 @@ function renderedDiff(rows) {
 function render() {
   // Several waiting calls of one tool of one server: one button allows each of them once.
   const groups = new Map();
-  // Oldest first, however the events arrived (all were given the same timeout).
+  // Oldest first, however the events arrived (an approval expires a fixed time after it is asked).
   const oldestFirst = [...approvals.values()].sort((a, b) => Date.parse(a.expires_at) - Date.parse(b.expires_at));
   for (const approval of oldestFirst) {
     const key = `${approval.server}\u0000${approval.tool}`;
