@@ -274,7 +274,7 @@ class Approval(models.Model):
         return bool(self.decision.get("can_remember"))
 
     def as_event(self) -> dict[str, Any]:
-        """What the playground's approval dialog shows (`approval.requested`)."""
+        """What the playground's approval dialog and the approvals inbox show (`approval.requested`)."""
         call = self.call
         left = (self.expires_at - timezone.now()).total_seconds()
         return {
@@ -284,6 +284,9 @@ class Approval(models.Model):
             "server": call.server_id,
             "server_name": call.server_name,
             "tool": call.tool,
+            # Who asked: the playground, or an agent's MCP client (its name and version).
+            "via": call.via,
+            "client": call.client,
             "title": self.definition.get("title") or (self.definition.get("annotations") or {}).get("title") or "",
             "description": self.definition.get("description") or "",
             "annotations": self.definition.get("annotations") or {},
