@@ -297,6 +297,9 @@ PORTAL_TOOL_CALLS_PER_MINUTE = envint("PORTAL_TOOL_CALLS_PER_MINUTE", 60)
 # The portal's own MCP endpoint (/mcp/, docs/mcp-endpoint.md), and its requests a minute per token.
 PORTAL_MCP_ENDPOINT = envbool("PORTAL_MCP_ENDPOINT", True)
 PORTAL_ENDPOINT_REQUESTS_PER_MINUTE = envint("PORTAL_ENDPOINT_REQUESTS_PER_MINUTE", 600)
+# While a call waits for the person's approval, a client that gave a progress token hears progress this
+# often (clients such as Claude Code reset their idle timer on progress).
+PORTAL_ENDPOINT_KEEPALIVE_SECONDS = envfloat("PORTAL_ENDPOINT_KEEPALIVE_SECONDS", 10.0)
 # A call still pending this long after it was queued is queued again (its task was lost, e.g. with
 # a broker restart); claiming is a compare-and-set, so a copy that was not lost does nothing.
 PORTAL_PENDING_RESEND_SECONDS = envfloat("PORTAL_PENDING_RESEND_SECONDS", 120.0)

@@ -47,9 +47,8 @@ NAME_BUDGET = 64 - CLIENT_NAME_ROOM
 SEPARATOR = "__"
 ASKS_NOTE = "[Asks for approval in the MCP Portal before each run] "
 # How often a held or running call is read back from the database when no event came (events are
-# best effort), and how often a client with a progress token hears that a held call still waits.
+# best effort). How often a held call's client hears progress: settings.PORTAL_ENDPOINT_KEEPALIVE_SECONDS.
 RECHECK_SECONDS = 5.0
-KEEPALIVE_SECONDS = 10.0
 # A server never listed yet is listed live for the endpoint, this long at most.
 LIST_WAIT_SECONDS = 30.0
 
@@ -281,16 +280,17 @@ class PortalGateway:
         self, caller: Caller, agent: Agent, call_id: str, status: str, inbox: Inbox, asked: list[asyncio.Future[None]]
     ) -> dict[str, Any]:
         held = status == CallStatus.AWAITING_APPROVAL
+        keepalive = settings.PORTAL_ENDPOINT_KEEPALIVE_SECONDS
         ticks = 0
         last_keepalive = time.monotonic()
         while True:
             now = time.monotonic()
-            if held and caller.wants_progress and now - last_keepalive >= KEEPALIVE_SECONDS and caller.progress:
+            if held and caller.wants_progress and now - last_keepalive >= keepalive and caller.progress:
                 # Clients such as Claude Code reset their idle timer on progress: one while the person decides.
                 ticks += 1
                 await caller.progress(ticks, None, "Waiting for your approval in the MCP Portal.")
                 last_keepalive = now
-            event = await inbox.next(min(RECHECK_SECONDS, KEEPALIVE_SECONDS) if held else RECHECK_SECONDS)
+            event = await inbox.next(min(RECHECK_SECONDS, keepalive) if held else RECHECK_SECONDS)
             if event is None:
                 record = await database_sync_to_async(_record)(call_id)
                 if record is None:

@@ -444,3 +444,102 @@ def test_a_form_for_a_client_without_the_capability_is_answered_in_the_browser(p
 
     answered = asyncio.run(both())
     assert answered.content[0].text == "will contact Bo <bo@example.org> about x"
+
+
+QUICK = {
+    "PORTAL_APPROVAL_TIMEOUT": "4",
+    "PORTAL_ENDPOINT_KEEPALIVE_SECONDS": "1",
+    "PORTAL_ENDPOINT_REQUESTS_PER_MINUTE": "8",
+}
+
+
+@pytest.fixture(scope="module")
+def quick_portal(django_db_setup, django_db_blocker, worker) -> Iterator[PortalProcess]:
+    """A portal whose approvals time out after 4 s, whose held calls send progress every second, and
+    which serves 8 requests a minute per token."""
+    import os
+
+    from django.db import connection
+
+    with django_db_blocker.unblock():
+        db = dict(connection.settings_dict)
+    saved = {name: os.environ.get(name) for name in QUICK}
+    os.environ.update(QUICK)
+    try:
+        process = PortalProcess(db, Path(settings.VAR_DIR) / "test-endpoint-quick.log").start()
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    yield process
+    process.stop()
+
+
+def test_a_held_call_sends_progress_while_it_waits_and_times_out_with_a_message(quick_portal, alice, demo):
+    from servers.models import Effect, PermissionRule
+    from sessions.models import ToolCall
+
+    PermissionRule.objects.create(team=demo.team, pattern="mcp__demo__echo", effect=Effect.ASK)
+    token = token_for(alice)
+    heard: list[str] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        heard.append(message or "")
+
+    async def work(client):
+        return await client.call_tool("echo", {"message": "anyone?"}, progress_callback=on_progress)
+
+    ended = run(f"{quick_portal.url}/mcp/demo/", token, "legacy", work)
+    assert ended.is_error is True and "within 4 s" in ended.content[0].text
+    assert len(heard) >= 2 and all("approval" in message for message in heard)
+    assert ToolCall.objects.get(tool="echo").status == "timed_out"
+
+
+def test_each_token_has_its_own_rate_limit(quick_portal, alice, demo):
+    first, second = token_for(alice), token_for(alice)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    answers = [
+        httpx.post(f"{quick_portal.url}/mcp/demo/", json=body, headers={"Authorization": f"Bearer {first}"})
+        for _ in range(12)
+    ]
+    statuses = [answer.status_code for answer in answers]
+    assert 429 in statuses and statuses.index(429) == 8, statuses
+    limited = answers[-1]
+    assert int(limited.headers["retry-after"]) >= 1 and "requests to the MCP endpoint" in limited.text
+    other = httpx.post(f"{quick_portal.url}/mcp/demo/", json=body, headers={"Authorization": f"Bearer {second}"})
+    assert other.status_code != 429
+
+
+def test_another_persons_held_call_never_reaches_ones_approvals(portal, alice, bob, demo):
+    from servers.models import Effect, PermissionRule
+    from sessions import actions
+    from sessions.models import Approval, ApprovalState
+
+    PermissionRule.objects.create(team=demo.team, pattern="mcp__demo__echo", effect=Effect.ASK)
+    token = token_for(bob)
+    seen: dict[str, Any] = {}
+
+    def look_then_answer() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            approval = Approval.objects.filter(state=ApprovalState.PENDING).first()
+            if approval is not None:
+                seen["alice"] = actions.do_list_pending_approvals(alice)
+                seen["bob"] = actions.do_list_pending_approvals(bob)
+                try:
+                    actions.do_answer_approval(alice, approval.pk, "allow_once")
+                except actions.ApprovalError as exc:
+                    seen["alice_answer"] = str(exc)
+                actions.do_answer_approval(bob, approval.pk, "deny")
+                return
+            time.sleep(0.2)
+
+    looker = threading.Thread(target=look_then_answer)
+    looker.start()
+    ended = run(f"{portal.url}/mcp/demo/", token, "2026-07-28", lambda c: c.call_tool("echo", {"message": "bob's"}))
+    looker.join()
+    assert seen["alice"] == [] and len(seen["bob"]) == 1
+    assert seen["alice_answer"] == "Unknown approval."
+    assert ended.is_error is True and "declined" in ended.content[0].text

@@ -89,8 +89,9 @@ def _caller(ctx: Any) -> Caller:
     found = scope.get(CALLER)
     if found is None:  # the mounting side always sets it; a request without one is refused
         raise MCPError(-32600, "Not authenticated.")
-    meta = ctx.meta
-    token = getattr(meta, "progress_token", None) if meta is not None else None
+    meta = ctx.meta if isinstance(ctx.meta, dict) else {}
+    # The wire's progressToken, under its name in the SDK's typed dict (or as sent).
+    token = meta.get("progress_token", meta.get("progressToken"))
     session = ctx.session
 
     async def progress(value: float, total: float | None, message: str | None) -> None:
