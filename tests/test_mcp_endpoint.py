@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from django.conf import settings
+from django.utils import timezone
 
 from tests.conftest import PortalProcess
 
@@ -482,6 +483,11 @@ def test_a_held_call_sends_progress_while_it_waits_and_times_out_with_a_message(
     from sessions.models import ToolCall
 
     PermissionRule.objects.create(team=demo.team, pattern="mcp__demo__echo", effect=Effect.ASK)
+    # Listed before, so the portal process asks at once, with its own 4 s timeout (a call of a tool it
+    # does not know yet is asked about by the worker, with the worker's timeout).
+    demo.tools = [{"name": "echo", "inputSchema": {"type": "object", "properties": {"message": {"type": "string"}}}}]
+    demo.tools_listed_at = timezone.now()
+    demo.save()
     token = token_for(alice)
     heard: list[str] = []
 
