@@ -16,7 +16,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from portal.origin import redirect_uri_mismatch
-from sessions.mcp.naming import annotate_tools
+from sessions.mcp.naming import annotate_tools, endpoint_names, names_fit, normalize_name
 from sessions.models import ConnectionStatus
 
 from . import actions, mcp_json
@@ -131,8 +131,22 @@ def server_detail(request: HttpRequest, server_id: int) -> HttpResponse:
     return render(
         request,
         "servers/detail.html",
-        {"server": server, "tools": tools, "is_admin": server.is_admin(request.user)},
+        {
+            "server": server,
+            "tools": tools,
+            "is_admin": server.is_admin(request.user),
+            "cut": _cut_names(server),
+            "endpoint_path": normalize_name(server.name),
+        },
     )
+
+
+def _cut_names(server: Server) -> list[dict[str, str]]:
+    """The tools agents see under another name on the portal's `/mcp/` (too long with a client's
+    prefix), each with that name, so a person reading an agent's tool list can find them."""
+    names = [str(tool.get("name", "")) for tool in server.tools]
+    shown = endpoint_names(normalize_name(server.name), names)
+    return [{"tool": tool, "endpoint_name": shown[tool]} for tool in names_fit(server.name, names)]
 
 
 @login_required

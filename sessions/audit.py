@@ -32,6 +32,8 @@ EXPORT_FIELDS = (
     "duration_ms",
     "outcome",
     "error",
+    "via",
+    "client",
 )
 
 
@@ -73,6 +75,10 @@ def record_for_call(kind: str, call: ToolCall, *, decision: dict[str, Any] | Non
     fields.setdefault("rule", describe_rule(decision.get("rule")))
     fields.setdefault("reason", decision.get("reason", ""))
     fields.setdefault("outcome", call.status)
+    # Whether a person in the playground or an agent through the MCP endpoint asked, and which
+    # client: the client's name is its own claim, kept as given (pages and exports escape it).
+    fields.setdefault("via", call.via)
+    fields.setdefault("client", call.client)
     return record(
         kind,
         call.user,
@@ -129,6 +135,8 @@ def as_row(event: AuditEvent, reader: str = "") -> dict[str, Any]:
         "duration_ms": event.duration_ms,
         "outcome": event.outcome,
         "error": event.error,
+        "via": event.via or "",
+        "client": event.client,
     }
 
 

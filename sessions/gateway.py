@@ -35,16 +35,11 @@ from servers.policy import ASK, DENY
 from . import actions, events, limits, queue
 from .access_tokens import Agent
 from .mcp.endpoint import NOT_FOUND, Caller, Refused
-from .mcp.naming import needs_tasks, normalize_name, prefixed_names
+from .mcp.naming import SEPARATOR, endpoint_names, needs_tasks, normalize_name
 from .models import CallStatus, ToolCall, Via
 
 log = logging.getLogger(__name__)
 
-# `mcp__<client name>__<server>__<tool>` fits Claude Code's 64 characters when the client names the
-# portal with up to 6 characters ("portal"): the endpoint's own names keep to the rest.
-CLIENT_NAME_ROOM = len("mcp__portal__")
-NAME_BUDGET = 64 - CLIENT_NAME_ROOM
-SEPARATOR = "__"
 ASKS_NOTE = "[Asks for approval in the MCP Portal before each run] "
 # How often a held or running call is read back from the database when no event came (events are
 # best effort). How often a held call's client hears progress: settings.PORTAL_ENDPOINT_KEEPALIVE_SECONDS.
@@ -79,19 +74,6 @@ def server_paths(servers: list[Server]) -> list[Named]:
 def _servers_of(agent: Agent) -> list[Named]:
     rows = Server.objects.usable_by(agent.user).select_related("team__policy").filter(enabled=True)
     return [n for n in server_paths(list(rows)) if agent.may_use(n.server.pk)]
-
-
-def endpoint_names(path: str, tools: list[str]) -> dict[str, str]:
-    """Each tool's name on `/mcp/`: `<server path>__<tool>`, valid and unique within NAME_BUDGET."""
-    return prefixed_names(path + SEPARATOR, tools, NAME_BUDGET)
-
-
-def names_fit(server: Server) -> list[str]:
-    """Tools of `server` whose `/mcp/` name had to be cut to fit (shown on the server's page)."""
-    path = normalize_name(server.name)
-    names = [str(t.get("name", "")) for t in server.tools]
-    plain = {tool: f"{path}{SEPARATOR}{normalize_name(tool)}" for tool in names}
-    return [tool for tool, name in endpoint_names(path, names).items() if name != plain[tool]]
 
 
 @dataclass

@@ -174,6 +174,8 @@ class ToolCall(models.Model):
             "arguments": self.arguments,
             "via": self.via,
             "client": self.client,
+            # The personal access token's name, never the token (an OAuth sign-in has none).
+            "access_token": self.access_token.name if self.access_token_id else None,
             "worker": self.worker,
             "created_at": self.created_at.isoformat() if self.created_at else None,
             "started_at": self.started_at.isoformat() if self.started_at else None,
@@ -342,6 +344,10 @@ class AuditEvent(models.Model):
     duration_ms = models.FloatField(null=True)
     outcome = models.CharField(max_length=20, blank=True)
     error = models.TextField(blank=True)
+    # How the call the row is about came (Via) and, from an agent, its client's name and version as
+    # the client gave it. None on rows about no call, and on rows written before it was kept.
+    via = models.CharField(max_length=20, choices=Via.choices, null=True, blank=True)
+    client = models.CharField(max_length=200, blank=True)
 
     objects = AuditQuerySet.as_manager()
 

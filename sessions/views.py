@@ -19,7 +19,7 @@ from servers.views import team_required
 
 from . import audit
 from .mcp.naming import annotate_tools
-from .models import AuditEvent, AuditKind, CallStatus, ToolCall
+from .models import AuditEvent, AuditKind, CallStatus, ToolCall, Via
 
 LIST_LIMIT = 200
 EXPORT_LIMIT = 5000
@@ -96,8 +96,17 @@ def mark_former_members(rows: list[Any], team_of: Any) -> list[Any]:
     return rows
 
 
-def _filtered_calls(request: HttpRequest) -> tuple[QuerySet[ToolCall], dict[str, str]]:
-    filters = {name: request.GET.get(name, "").strip() for name in ("server", "tool", "status")}
+# "Came from": the playground, or agents through the portal's MCP endpoint (Via); "" is both.
+CAME_FROM = (("", "All"), (Via.PLAYGROUND, "Playground"), (Via.MCP, "Agents (MCP endpoint)"))
+
+
+def _filtered_calls(request: HttpRequest) -> tuple[QuerySet[ToolCall], dict[str, str], str]:
+    """The calls the filters select, the filters as applied, and a `via` value that was not applied
+    (a hand-edited or stale link): the page says so rather than showing nothing."""
+    filters = {name: request.GET.get(name, "").strip() for name in ("server", "tool", "status", "via")}
+    ignored = ""
+    if filters["via"] not in Via.values:
+        ignored, filters["via"] = filters["via"], ""
     calls = _readable_calls(request.user)
     if filters["server"]:
         calls = calls.filter(server_name=filters["server"])
@@ -105,12 +114,15 @@ def _filtered_calls(request: HttpRequest) -> tuple[QuerySet[ToolCall], dict[str,
         calls = calls.filter(tool=filters["tool"])
     if filters["status"]:
         calls = calls.filter(status=filters["status"])
-    return calls, filters
+    if filters["via"]:
+        calls = calls.filter(via=filters["via"])
+    # The token's name is shown beside an agent's call: one join, not a query a row.
+    return calls.select_related("access_token"), filters, ignored
 
 
 @login_required
 def call_list(request: HttpRequest) -> HttpResponse:
-    calls, filters = _filtered_calls(request)
+    calls, filters, ignored_via = _filtered_calls(request)
     own = _readable_calls(request.user)
     shown = mark_former_members(
         list(calls.select_related("server", "user")[:LIST_LIMIT]), lambda c: c.server.team_id if c.server else None
@@ -119,6 +131,7 @@ def call_list(request: HttpRequest) -> HttpResponse:
         "servers": sorted(set(own.exclude(server_name="").values_list("server_name", flat=True))),
         "tools": sorted(set(own.values_list("tool", flat=True))),
         "statuses": CallStatus.choices,
+        "came_from": CAME_FROM,
     }
     return render(
         request,
@@ -128,6 +141,7 @@ def call_list(request: HttpRequest) -> HttpResponse:
             "team_reader": teams_where(request.user, TeamAction.READ_TEAM_CALLS).exists(),
             "filters": filters,
             "filtered": any(filters.values()),
+            "ignored_via": ignored_via,
             "choices": choices,
             "query": request.GET.urlencode(),
             "limit": LIST_LIMIT,
@@ -137,7 +151,7 @@ def call_list(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def call_list_export(request: HttpRequest) -> HttpResponse:
-    calls, filters = _filtered_calls(request)
+    calls, filters, _ = _filtered_calls(request)
     records = [call.as_record() for call in calls[:EXPORT_LIMIT]]
     body = {"exported_at": timezone.now().isoformat(), "filters": filters, "limit": EXPORT_LIMIT, "calls": records}
     return _download(body, f"mcp-calls-{timezone.now():%Y%m%d-%H%M%S}.json")
@@ -145,7 +159,7 @@ def call_list_export(request: HttpRequest) -> HttpResponse:
 
 @login_required
 def call_detail(request: HttpRequest, call_id: str) -> HttpResponse:
-    call = get_object_or_404(_readable_calls(request.user), pk=call_id)
+    call = get_object_or_404(_readable_calls(request.user).select_related("access_token"), pk=call_id)
     shown_apart = ("progress", "stderr_tail", "errors", "exchange", "truncated")
     details = {k: v for k, v in call.details.items() if k not in shown_apart}
     return render(
@@ -203,7 +217,7 @@ def call_full_output(request: HttpRequest, call_id: str) -> HttpResponse:
 
 @login_required
 def call_export(request: HttpRequest, call_id: str) -> HttpResponse:
-    call = get_object_or_404(ToolCall, pk=call_id, user=request.user)
+    call = get_object_or_404(ToolCall.objects.select_related("access_token"), pk=call_id, user=request.user)
     return _download(call.as_record(), f"mcp-call-{call.pk}.json")
 
 

@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from servers.models import PermissionRule
-from sessions import audit
+from sessions import actions, audit
 from sessions.actions import do_start_tool_call
 from sessions.models import AuditEvent
 from tests.helpers import logged_in
@@ -182,3 +182,46 @@ def test_an_admin_reads_another_persons_decision_naming_that_person(alice, bob, 
     # Bob reads his own decision as it was written to him; the stored row is unchanged.
     assert reason in logged_in(bob).get("/audit/").content.decode().replace("&#x27;", "'")
     assert AuditEvent.objects.filter(reason=reason).count() == 1
+
+
+def test_a_row_about_a_call_says_how_it_came_and_from_which_client(alice, bob, demo_server):
+    PermissionRule.objects.create(team=demo_server.team, pattern="mcp__demo", effect="deny")
+    came = actions.Came(via="mcp", client="claude-code 2.1")
+    agent = do_start_tool_call(bob, demo_server.pk, "echo", {"message": "hi"}, came=came)
+    played = do_start_tool_call(bob, demo_server.pk, "add", {})
+    audit.record("policy", alice, team_id=demo_server.team_id, outcome="rule_saved")  # about no call
+
+    rows = AuditEvent.objects.order_by("id")
+    assert [(e.kind, str(e.call_id or ""), e.via, e.client) for e in rows] == [
+        ("decision", str(agent.pk), "mcp", "claude-code 2.1"),
+        ("call", str(agent.pk), "mcp", "claude-code 2.1"),
+        ("decision", str(played.pk), "playground", ""),
+        ("call", str(played.pk), "playground", ""),
+        ("policy", "", None, ""),
+    ]
+    client = logged_in(alice)
+    page = client.get("/audit/").content.decode()
+    assert page.count("via MCP endpoint · ") == 2 and "claude-code 2.1" in page
+    assert page.count("via Playground") == 2
+    exported = client.get("/audit/", {"format": "json"}).json()["events"]
+    assert [(e["tool"], e["via"], e["client"]) for e in exported] == [
+        ("", "", ""),
+        ("add", "playground", ""),
+        ("add", "playground", ""),
+        ("echo", "mcp", "claude-code 2.1"),
+        ("echo", "mcp", "claude-code 2.1"),
+    ]
+    body = b"".join(client.get("/audit/", {"format": "csv", "tool": "echo"}).streaming_content).decode()
+    assert [(r["via"], r["client"]) for r in csv.DictReader(io.StringIO(body))] == [("mcp", "claude-code 2.1")] * 2
+
+
+def test_a_client_name_is_its_own_claim_escaped_on_the_page_and_quoted_in_the_csv(bob, demo_server):
+    PermissionRule.objects.create(team=demo_server.team, pattern="mcp__demo", effect="deny")
+    for name in ('=HYPERLINK("http://evil")', "<script>alert(1)</script>"):
+        do_start_tool_call(bob, demo_server.pk, "echo", {}, came=actions.Came(via="mcp", client=name))
+    client = logged_in(bob)
+    page = client.get("/audit/").content.decode()
+    assert "<script>alert(1)" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    body = b"".join(client.get("/audit/", {"format": "csv"}).streaming_content).decode()
+    clients = {row["client"] for row in csv.DictReader(io.StringIO(body))}
+    assert clients == {'\'=HYPERLINK("http://evil")', "<script>alert(1)</script>"}

@@ -9,6 +9,7 @@ import re
 import pytest
 from django.utils import timezone
 
+from sessions.access_tokens import do_create_token
 from sessions.models import ToolCall
 from tests.helpers import logged_in
 from tests.ws import Playground, session_cookie
@@ -143,7 +144,7 @@ def test_export_one_call_or_the_filtered_list_as_json(alice, bob, demo_server):
     body = json.loads(one.content)
     assert body["call"] == str(echo.pk) and body["arguments"] == {"message": "hi"} and body["exchange"]
     listed = json.loads(client.get("/calls/export.json?tool=echo").content)
-    assert listed["filters"] == {"server": "", "tool": "echo", "status": ""}
+    assert listed["filters"] == {"server": "", "tool": "echo", "status": "", "via": ""}
     assert [c["call"] for c in listed["calls"]] == [str(echo.pk)]
     assert len(json.loads(client.get("/calls/export.json").content)["calls"]) == 2
     assert logged_in(bob).get(f"/calls/{echo.pk}/export.json").status_code == 404
@@ -215,3 +216,85 @@ def test_one_call_shows_images_as_images_text_as_written_times_with_their_zone_a
         and f'href="/calls/{call.pk}/full-output">Download the full output' in page
     )
     assert page.count("2,527,497") == 1, "one notice, not a second one in the details"
+
+
+def agent_call(user, server, client="claude-code 2.1", token_name="", **fields):
+    """A call that came from an agent through the MCP endpoint, with a personal access token if named."""
+    token = do_create_token(user, token_name)[0] if token_name else None
+    return record(user, server, via="mcp", client=client, access_token=token, **fields)
+
+
+@pytest.mark.django_db
+def test_it_filters_by_where_calls_came_from_and_says_so(alice, bob, carol, demo_server):
+    played = record(alice, demo_server, "echo")
+    agent = agent_call(alice, demo_server, token_name="laptop")
+    oauth = agent_call(alice, demo_server, client="Cursor 1.7")  # signed in with OAuth: no token
+    agent_call(bob, demo_server, client="bob's agent", token_name="bob's token")
+    client = logged_in(alice)
+
+    def shown(query=""):
+        return [str(call.pk) for call in client.get(f"/calls/{query}").context["calls"]]
+
+    assert shown("?via=mcp") == [str(oauth.pk), str(agent.pk)]
+    assert shown("?via=playground") == [str(played.pk)]
+    assert sorted(shown("?via=")) == sorted(str(c.pk) for c in (played, agent, oauth))
+    page = client.get("/calls/?via=mcp").content.decode()
+    assert '<option value="mcp" selected>Agents (MCP endpoint)</option>' in page
+    assert "claude-code 2.1" in page and "the token “laptop”" in page and "Cursor 1.7" in page
+    assert "bob" not in page, "another person's calls, clients and tokens are never shown"
+    assert 'href="/calls/export.json?via=mcp"' in page
+    detail = client.get(f"/calls/{agent.pk}/").content.decode()
+    assert re.search(r"<dt>Came from</dt><dd[^>]*>.*Agent \(MCP endpoint\).*claude-code 2\.1.*“laptop”", detail)
+    assert "Playground" in client.get(f"/calls/{played.pk}/").content.decode()
+
+    exported = json.loads(client.get("/calls/export.json?via=mcp").content)
+    assert exported["filters"]["via"] == "mcp"
+    assert [(c["call"], c["client"], c["access_token"]) for c in exported["calls"]] == [
+        (str(oauth.pk), "Cursor 1.7", None),
+        (str(agent.pk), "claude-code 2.1", "laptop"),
+    ]
+    assert "digest" not in json.dumps(exported) and agent.access_token.prefix not in json.dumps(exported)
+
+    # A value that is no way of coming (a hand-edited link) filters nothing and says so; never a 500.
+    for bogus in ("carrier-pigeon", "<b>x</b>", "MCP"):
+        response = client.get("/calls/", {"via": bogus})
+        assert response.status_code == 200 and len(response.context["calls"]) == 3
+        assert 'id="ignored-via"' in response.content.decode()
+        export = client.get("/calls/export.json", {"via": bogus})
+        assert export.status_code == 200 and len(json.loads(export.content)["calls"]) == 3
+    assert "&lt;b&gt;x&lt;/b&gt;" in client.get("/calls/", {"via": "<b>x</b>"}).content.decode()
+    # Another team's person sees none of it, whatever the filter.
+    assert [c.pk for c in logged_in(carol).get("/calls/?via=mcp").context["calls"]] == []
+    assert logged_in(carol).get(f"/calls/{agent.pk}/").status_code == 404
+
+
+HOSTILE = '<script>alert("pwned")</script>'
+
+
+@pytest.mark.django_db
+def test_a_hostile_client_name_and_token_name_are_shown_escaped(alice, demo_server):
+    call = agent_call(alice, demo_server, client=HOSTILE + " 1.0", token_name='"><img src=x onerror=alert(1)>')
+    client = logged_in(alice)
+    for page in (client.get("/calls/").content.decode(), client.get(f"/calls/{call.pk}/").content.decode()):
+        assert "<script>alert" not in page and "<img src=x" not in page
+        assert "&lt;script&gt;alert(&quot;pwned&quot;)&lt;/script&gt;" in page
+        assert "&lt;img src=x onerror=alert(1)&gt;" in page
+
+
+@pytest.mark.django_db
+def test_the_history_costs_the_same_queries_for_one_agent_call_or_many(alice, demo_server):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client = logged_in(alice)
+    agent_call(alice, demo_server, token_name="token 0")
+
+    def statements() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            assert client.get("/calls/").status_code == 200
+        return len(queries)
+
+    one = statements()
+    for n in range(1, 6):
+        agent_call(alice, demo_server, client=f"client {n}", token_name=f"token {n}")
+    assert statements() == one

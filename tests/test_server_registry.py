@@ -200,3 +200,25 @@ def test_pages_carry_security_headers(alice):
     assert response["X-Frame-Options"] == "DENY"
     assert response["X-Content-Type-Options"] == "nosniff"
     assert response["Referrer-Policy"] == "same-origin"
+
+
+def test_the_page_names_the_tools_agents_see_under_a_shortened_name_on_the_endpoint(bob, demo_server):
+    long_name = "search_" + "x" * 53  # 60 characters: `demo__` and a client's `mcp__portal__` pass 64
+    demo_server.tools = [
+        {"name": "echo", "inputSchema": {"type": "object"}},
+        {"name": long_name, "inputSchema": {"type": "object"}},
+    ]
+    demo_server.save()
+    page = logged_in(bob).get(f"/servers/{demo_server.pk}/")
+    (cut,) = page.context["cut"]
+    assert cut["tool"] == long_name and cut["endpoint_name"].startswith("demo__search_xxx")
+    assert len("mcp__portal__" + cut["endpoint_name"]) == 64
+    html = page.content.decode()
+    assert 'id="endpoint-names-cut"' in html and "under a shortened name" in html
+    assert f"<code>{long_name}</code> is <code>{cut['endpoint_name']}</code> on <code>/mcp/</code>" in html
+    assert "On <code>/mcp/demo/</code> it keeps its own name." in html
+
+    demo_server.tools = demo_server.tools[:1]
+    demo_server.save()
+    page = logged_in(bob).get(f"/servers/{demo_server.pk}/")
+    assert page.context["cut"] == [] and b"endpoint-names-cut" not in page.content

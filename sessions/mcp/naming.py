@@ -66,6 +66,28 @@ def prefixed_names(prefix: str, tools: list[str], limit: int) -> dict[str, str]:
     return names
 
 
+# On the portal's own endpoint `/mcp/` every tool is `<server>__<tool>`, and a client prefixes its
+# own `mcp__<client name>__`: the whole fits Claude Code's 64 characters when the client names the
+# portal with up to 6 characters ("portal"), so the endpoint's names keep to the rest.
+CLIENT_NAME_ROOM = len("mcp__portal__")
+NAME_BUDGET = MAX_FULL_NAME - CLIENT_NAME_ROOM
+SEPARATOR = "__"
+
+
+def endpoint_names(path: str, tools: list[str]) -> dict[str, str]:
+    """Each tool's name on `/mcp/`: `<server path>__<tool>`, valid and unique within NAME_BUDGET."""
+    return prefixed_names(path + SEPARATOR, tools, NAME_BUDGET)
+
+
+def names_fit(server: str, tools: list[str]) -> list[str]:
+    """Tools of the server named `server` whose `/mcp/` name had to be cut to fit (or, for a name
+    that normalizes onto another's, changed): the server's page names them. On `/mcp/<server>/`
+    they keep their own names."""
+    path = normalize_name(server)
+    plain = {tool: f"{path}{SEPARATOR}{normalize_name(tool)}" for tool in tools}
+    return [tool for tool, name in endpoint_names(path, tools).items() if name != plain[tool]]
+
+
 NEEDS_TASKS_MESSAGE = (
     '{tool} runs only as an MCP task (its taskSupport is "required"), and tasks are not supported yet: '
     "the portal does not call it."
