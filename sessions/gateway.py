@@ -32,7 +32,7 @@ from servers.models import Server
 from servers.permissions import decide_for
 from servers.policy import ASK, DENY
 
-from . import actions, events, limits, queue
+from . import actions, events, limits, messages, queue
 from .access_tokens import Agent
 from .mcp.endpoint import NOT_FOUND, Caller, Refused
 from .mcp.naming import SEPARATOR, endpoint_names, needs_tasks, normalize_name
@@ -231,6 +231,11 @@ class PortalGateway:
 
     async def call_tool(self, caller: Caller, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         agent: Agent = caller.agent
+        try:
+            # What the playground's socket refuses (nesting past its depth, NUL), refused alike here.
+            messages.check_shape(arguments)
+        except messages.MessageError as exc:
+            return tool_error(f"The portal refused the call: {exc}")
         try:
             server, tool = await database_sync_to_async(_where)(agent, caller.server, name)
         except Refused as exc:

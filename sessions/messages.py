@@ -64,7 +64,7 @@ def _load_json(text: str) -> Any:
         raise MessageError(TOO_DEEP) from None
     except ValueError:
         raise MessageError("The message is not valid JSON.") from None
-    _check_shape(content)
+    check_shape(content)
     try:
         json.dumps(content, ensure_ascii=False).encode("utf-8")  # a lone surrogate cannot be encoded
     except UnicodeEncodeError:
@@ -72,7 +72,7 @@ def _load_json(text: str) -> Any:
     return content
 
 
-def _check_shape(content: Any) -> None:
+def check_shape(content: Any) -> None:
     """Depth within MAX_DEPTH and no NUL in any string: walked with a list, not by recursion,
     so no nesting can exhaust the stack."""
     stack = [(content, 1)]

@@ -549,3 +549,17 @@ def test_another_persons_held_call_never_reaches_ones_approvals(portal, alice, b
     assert seen["alice"] == [] and len(seen["bob"]) == 1
     assert seen["alice_answer"] == "Unknown approval."
     assert ended.is_error is True and "declined" in ended.content[0].text
+
+
+def test_arguments_nested_past_the_limit_are_refused_with_a_tool_error(portal, alice, demo):
+    from sessions.models import ToolCall
+
+    deep: dict[str, Any] = {}
+    inner = deep
+    for _ in range(200):
+        inner["x"] = {}
+        inner = inner["x"]
+    token = token_for(alice)
+    refused = run(f"{portal.url}/mcp/demo/", token, "2026-07-28", lambda c: c.call_tool("echo", {"message": deep}))
+    assert refused.is_error is True and "nested too deeply" in refused.content[0].text
+    assert not ToolCall.objects.exists()
