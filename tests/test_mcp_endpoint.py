@@ -67,6 +67,25 @@ def run(url: str, token: str, mode: str, work, **options: Any) -> Any:
     return asyncio.run(_session(url, token, mode, work, **options))
 
 
+def answering(user, answer: str) -> threading.Thread:
+    """The person, answering the first approval that waits (as the inbox would), in a thread of its own."""
+    from sessions import actions
+    from sessions.models import Approval, ApprovalState
+
+    def answer_when_asked() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            approval = Approval.objects.filter(state=ApprovalState.PENDING).first()
+            if approval is not None:
+                actions.do_answer_approval(user, approval.pk, answer)
+                return
+            time.sleep(0.2)
+
+    person = threading.Thread(target=answer_when_asked)
+    person.start()
+    return person
+
+
 def names(listing) -> list[str]:
     return sorted(tool.name for tool in listing.tools)
 
@@ -155,30 +174,18 @@ def test_progress_of_the_upstream_server_reaches_the_client(portal, alice, demo,
 
 def test_a_call_that_asks_is_held_until_the_person_answers(portal, alice, demo):
     from servers.models import Effect, PermissionRule
-    from sessions import actions
-    from sessions.models import Approval, ApprovalState, ToolCall
+    from sessions.models import ToolCall
 
     PermissionRule.objects.create(team=demo.team, pattern="mcp__demo__echo", effect=Effect.ASK)
     token = token_for(alice)
 
-    def approve_when_asked() -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            approval = Approval.objects.filter(state=ApprovalState.PENDING).first()
-            if approval is not None:
-                actions.do_answer_approval(alice, approval.pk, "allow_once")
-                return
-            time.sleep(0.2)
-
-    approver = threading.Thread(target=approve_when_asked)
-    approver.start()
+    answering(alice, "allow_once")
 
     async def work(client):
         listed = await client.list_tools()
         return listed, await client.call_tool("echo", {"message": "may I?"})
 
     listed, answered = run(f"{portal.url}/mcp/demo/", token, "legacy", work)
-    approver.join()
     echo = next(tool for tool in listed.tools if tool.name == "echo")
     assert "approval" in (echo.description or "").lower()
     assert answered.is_error is False and answered.content[0].text == "may I?"
@@ -187,23 +194,11 @@ def test_a_call_that_asks_is_held_until_the_person_answers(portal, alice, demo):
 
 def test_a_declined_call_ends_with_a_tool_error(portal, alice, demo):
     from servers.models import Effect, PermissionRule
-    from sessions import actions
-    from sessions.models import Approval, ApprovalState
 
     PermissionRule.objects.create(team=demo.team, pattern="mcp__demo__echo", effect=Effect.ASK)
     token = token_for(alice)
 
-    def decline_when_asked() -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            approval = Approval.objects.filter(state=ApprovalState.PENDING).first()
-            if approval is not None:
-                actions.do_answer_approval(alice, approval.pk, "deny")
-                return
-            time.sleep(0.2)
-
-    decliner = threading.Thread(target=decline_when_asked)
-    decliner.start()
+    decliner = answering(alice, "deny")
     declined = run(f"{portal.url}/mcp/demo/", token, "2026-07-28", lambda c: c.call_tool("echo", {"message": "may I?"}))
     decliner.join()
     assert declined.is_error is True and "declined" in declined.content[0].text
