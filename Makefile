@@ -70,6 +70,8 @@ $(CONFORMANCE): $(VENV)/.installed
 
 # Every client scenario, one at a time: run all at once (the suite's --suite all), 26 portal
 # processes start together and starve each other, and sse-retry's timing check then fails.
+# Then every server scenario against our fixture server, directly and through the portal's
+# /mcp/<server>/ (tests/conformance/through_portal.py prints the table, docs/mcp-endpoint.md).
 conformance: $(CONFORMANCE)
 	rm -rf .conformance/results .conformance/template.sqlite3
 	$(PY) tests/conformance/client.py --prepare
@@ -80,8 +82,10 @@ conformance: $(CONFORMANCE)
 			> .conformance/last.log 2>&1 || failed="$$failed $$scenario"; \
 		grep -E "^(Passed|Test Results)|Baseline check passed|OVERALL" .conformance/last.log | tr '\n' ' ' | sed "s|^|$$scenario: |"; echo; \
 	done; \
-	if [ -n "$$failed" ]; then echo "unexpected conformance failures:$$failed"; exit 1; fi; \
-	echo "conformance: every client scenario passed, but the expected failure(s) in tests/conformance/expected-failures.yml"
+	if [ -n "$$failed" ]; then echo "unexpected client conformance failures:$$failed"; else \
+		echo "conformance: every client scenario passed, but the expected failure(s) in tests/conformance/expected-failures.yml"; fi; \
+	$(PY) tests/conformance/through_portal.py || failed="$$failed server-suite"; \
+	if [ -n "$$failed" ]; then exit 1; fi
 
 # The soak (docs/security.md): 10 minutes of mixed load on the distributed portal, with faults injected
 # (a worker killed, Redis and PostgreSQL restarted, MCP servers killed, sockets dropped), on a Redis and
