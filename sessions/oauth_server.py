@@ -408,7 +408,7 @@ def check_oauth_token(text: str, resource: str) -> Agent | None:
     if not text or len(text) > 500:
         return None
     checksum = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-    token = AccessToken.objects.select_related("user").filter(token_checksum=checksum).first()
+    token = AccessToken.objects.select_related("user", "refresh_token").filter(token_checksum=checksum).first()
     if token is None or token.user is None or not token.user.is_active:
         return None
     if token.expires <= timezone.now():
@@ -420,7 +420,12 @@ def check_oauth_token(text: str, resource: str) -> Agent | None:
     bound = [normalize_resource(value) for value in (token.resource or [])]
     if len(bound) != 1 or not bound[0] or bound[0] != normalize_resource(resource):
         return None
-    return Agent(user=token.user, token=None, servers=None, credential=f"oauth:{token.pk}", scopes=scopes)
+    # The credential a handshake-era session and the rate limit are bound to is the authorization,
+    # not the row: every refresh mints a new access token, and a session opened before it must go
+    # on. Every rotation keeps the refresh token's family; a token without one stands for itself.
+    family = getattr(getattr(token, "refresh_token", None), "token_family", None)
+    credential = f"oauth:{family}" if family else f"oauth:{token.pk}"
+    return Agent(user=token.user, token=None, servers=None, credential=credential, scopes=scopes)
 
 
 # -- the person's clients ------------------------------------------------------------------

@@ -306,8 +306,10 @@ def test_the_full_flow_with_pkce_and_refresh(client, bob):
     )
     assert status == 200, renewed
     assert renewed["refresh_token"] != tokens["refresh_token"]
-    # The renewed token keeps its endpoint, and the old one is gone.
-    assert authenticate(bearer(renewed["access_token"]), f"{BASE}/mcp/demo/") is not None
+    # The renewed token keeps its endpoint and its credential (a handshake-era session bound to it
+    # goes on across the refresh), and the old one is gone.
+    renewed_agent = authenticate(bearer(renewed["access_token"]), f"{BASE}/mcp/demo/")
+    assert renewed_agent is not None and renewed_agent.credential == agent.credential
     assert authenticate(bearer(renewed["access_token"]), AGGREGATE) is None
     assert authenticate(bearer(tokens["access_token"]), f"{BASE}/mcp/demo/") is None
     # The rotated refresh token cannot be used again, and trying revokes what came from it.
@@ -508,69 +510,18 @@ def test_deny_sends_the_client_away_without_a_code(client, bob):
 @pytest.fixture
 def document_server(tmp_path, settings):
     """A real https server on 127.0.0.1 (its own certificate, trusted through the setting) that
-    serves whatever client ID metadata document a test puts in `documents`."""
-    import datetime
-    import http.server
-    import ipaddress
-    import ssl
-    import threading
+    serves whatever client ID metadata document a test publishes."""
+    from tests.oauth_helpers import https_documents
 
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
+    with https_documents(tmp_path) as (base, documents, cert_file):
+        settings.PORTAL_OAUTH_CIMD_CA_FILE = str(cert_file)
 
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = tmp_path / "cert.pem", tmp_path / "key.pem"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    documents: dict[str, bytes] = {}
+        def publish(path: str, **metadata) -> str:
+            client_id = base + path
+            documents[path] = json.dumps({"client_id": client_id, **metadata}).encode()
+            return client_id
 
-    class Documents(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - the http.server spelling
-            body = documents.get(self.path)
-            self.send_response(200 if body is not None else 404)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body or b"")))
-            self.end_headers()
-            self.wfile.write(body or b"")
-
-        def log_message(self, *args) -> None:
-            pass
-
-    server = http.server.HTTPServer(("127.0.0.1", 0), Documents)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert_file, key_file)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    settings.PORTAL_OAUTH_CIMD_CA_FILE = str(cert_file)
-    base = f"https://127.0.0.1:{server.server_port}"
-
-    def publish(path: str, **metadata) -> str:
-        client_id = base + path
-        documents[path] = json.dumps({"client_id": client_id, **metadata}).encode()
-        return client_id
-
-    yield publish
-    server.shutdown()
-    server.server_close()
+        yield publish
 
 
 def test_a_client_id_metadata_document_is_read_and_used(client, bob, document_server):
