@@ -300,6 +300,8 @@ PORTAL_ENDPOINT_REQUESTS_PER_MINUTE = envint("PORTAL_ENDPOINT_REQUESTS_PER_MINUT
 # While a call waits for the person's approval, a client that gave a progress token hears progress this
 # often (clients such as Claude Code reset their idle timer on progress).
 PORTAL_ENDPOINT_KEEPALIVE_SECONDS = envfloat("PORTAL_ENDPOINT_KEEPALIVE_SECONDS", 10.0)
+# How often a handshake-era session's tool list is computed again, to send tools/list_changed (0: never).
+PORTAL_ENDPOINT_WATCH_SECONDS = envfloat("PORTAL_ENDPOINT_WATCH_SECONDS", 10.0)
 # A call still pending this long after it was queued is queued again (its task was lost, e.g. with
 # a broker restart); claiming is a compare-and-set, so a copy that was not lost does nothing.
 PORTAL_PENDING_RESEND_SECONDS = envfloat("PORTAL_PENDING_RESEND_SECONDS", 120.0)

@@ -59,7 +59,12 @@ async def _drain(receive: Any) -> None:
 
 class EndpointDoor:
     def __init__(self) -> None:
-        self.endpoint = Endpoint(PortalGateway(), name="mcp-portal", instructions=INSTRUCTIONS)
+        self.endpoint = Endpoint(
+            PortalGateway(),
+            name="mcp-portal",
+            instructions=INSTRUCTIONS,
+            watch_every=settings.PORTAL_ENDPOINT_WATCH_SECONDS,
+        )
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         matched = PATH.match(scope["path"])

@@ -210,9 +210,9 @@ class PortalGateway:
 
     # -- tools --
 
-    async def list_tools(self, caller: Caller) -> list[dict[str, Any]]:
+    async def list_tools(self, caller: Caller, live: bool = True) -> list[dict[str, Any]]:
         agent: Agent = caller.agent
-        unlisted = await database_sync_to_async(_unlisted)(agent, caller.server)
+        unlisted = await database_sync_to_async(_unlisted)(agent, caller.server) if live else []
         if unlisted:
             await self._list_live(agent, unlisted)
         found = await database_sync_to_async(_tools_for)(agent, caller.server)

@@ -446,6 +446,7 @@ QUICK = {
     "PORTAL_APPROVAL_TIMEOUT": "4",
     "PORTAL_ENDPOINT_KEEPALIVE_SECONDS": "1",
     "PORTAL_ENDPOINT_REQUESTS_PER_MINUTE": "8",
+    "PORTAL_ENDPOINT_WATCH_SECONDS": "0.5",
 }
 
 
@@ -558,3 +559,31 @@ def test_arguments_nested_past_the_limit_are_refused_with_a_tool_error(portal, a
     refused = run(f"{portal.url}/mcp/demo/", token, "2026-07-28", lambda c: c.call_tool("echo", {"message": deep}))
     assert refused.is_error is True and "nested too deeply" in refused.content[0].text
     assert not ToolCall.objects.exists()
+
+
+def test_a_handshake_client_hears_that_its_tool_list_changed(quick_portal, alice, demo):
+    import mcp_types as types
+
+    from servers.models import Effect, PermissionRule
+
+    token = token_for(alice)
+
+    async def work():
+        heard = asyncio.Event()
+
+        async def on_message(message) -> None:
+            if isinstance(message, types.ToolListChangedNotification):
+                heard.set()
+
+        async def inside(client):
+            before = await client.list_tools()
+            await asyncio.to_thread(
+                PermissionRule.objects.create, team=demo.team, pattern="mcp__demo__echo", effect=Effect.DENY
+            )
+            await asyncio.wait_for(heard.wait(), 30)
+            return before, await client.list_tools()
+
+        return await _session(f"{quick_portal.url}/mcp/demo/", token, "legacy", inside, message_handler=on_message)
+
+    before, after = asyncio.run(work())
+    assert "echo" in names(before) and "echo" not in names(after)

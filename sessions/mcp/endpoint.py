@@ -10,6 +10,8 @@ already checked the request's credential and puts what it found in the ASGI scop
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 import warnings
 from collections.abc import Awaitable, Callable
@@ -19,7 +21,7 @@ from typing import Any, Protocol
 import mcp_types as types
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
-from mcp.server.lowlevel import Server
+from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.message import ServerMessageMetadata
@@ -61,7 +63,8 @@ class Caller:
 
 
 class Gateway(Protocol):
-    async def list_tools(self, caller: Caller) -> list[dict[str, Any]]: ...
+    # `live`: a server never listed may be listed first (False when only re-checking, see _watch).
+    async def list_tools(self, caller: Caller, live: bool = True) -> list[dict[str, Any]]: ...
     async def call_tool(self, caller: Caller, name: str, arguments: dict[str, Any]) -> dict[str, Any]: ...
     async def list_resources(self, caller: Caller) -> list[dict[str, Any]]: ...
     async def list_resource_templates(self, caller: Caller) -> list[dict[str, Any]]: ...
@@ -138,11 +141,58 @@ async def _answer(work: Awaitable[Any]) -> Any:
         raise MCPError(exc.code, str(exc)) from None
 
 
-def build_server(gateway: Gateway, name: str, version: str, instructions: str) -> Server[Any]:
+def _digest(tools: list[dict[str, Any]]) -> str:
+    return hashlib.sha256(json.dumps(tools, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _watch(ctx: Any, gateway: Gateway, caller: Caller, tools: list[dict[str, Any]], every: float) -> None:
+    """Tell a handshake-era client when the tools it may call change (a rule, a membership, a server's
+    tools): its list is computed again every `every` seconds, and a change sends
+    `notifications/tools/list_changed` on the session's own stream. The 2026 era has no session to
+    send it on; its clients list again, and every call is decided again anyway."""
+    connection = ctx.session._connection  # the SDK keeps the session's connection here
+    if connection.session_id is None or every <= 0:
+        return
+    connection.state["tools"] = _digest(tools)
+    if "watcher" in connection.state:
+        return
+
+    async def watch() -> None:
+        while True:
+            await asyncio.sleep(every)
+            try:
+                now = _digest(await gateway.list_tools(caller, live=False))
+            except Exception:  # noqa: BLE001 - a failed look (a database restart) is tried again next time
+                log.debug("could not list the tools again for a session", exc_info=True)
+                continue
+            if now != connection.state.get("tools"):
+                connection.state["tools"] = now
+                try:
+                    await connection.send_tool_list_changed()
+                except Exception:  # noqa: BLE001 - the session has gone: so does its watcher
+                    return
+
+    watcher = asyncio.ensure_future(watch())
+    connection.state["watcher"] = watcher
+    connection.exit_stack.callback(watcher.cancel)
+
+
+class _Server(Server[Any]):
+    def create_initialization_options(self, notification_options: Any = None, *args: Any, **kwargs: Any) -> Any:
+        # The handshake-era tool list changes are sent (_watch), so the capability says so.
+        options = notification_options or NotificationOptions(tools_changed=True)
+        return super().create_initialization_options(options, *args, **kwargs)
+
+
+def build_server(
+    gateway: Gateway, name: str, version: str, instructions: str, watch_every: float = 10.0
+) -> Server[Any]:
     """An SDK server whose every handler asks `gateway`, as the caller of the request."""
 
     async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-        tools = await _answer(gateway.list_tools(_caller(ctx)))
+        caller = _caller(ctx)
+        tools = await _answer(gateway.list_tools(caller))
+        _watch(ctx, gateway, caller, tools, watch_every)
         return types.ListToolsResult.model_validate({"tools": tools})
 
     async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
@@ -183,7 +233,7 @@ def build_server(gateway: Gateway, name: str, version: str, instructions: str) -
     with warnings.catch_warnings():
         # logging/setLevel is deprecated in the 2026 era; handshake-era clients still send it.
         warnings.simplefilter("ignore", MCPDeprecationWarning)
-        return Server(
+        return _Server(
             name,
             version=version,
             instructions=instructions,
@@ -216,8 +266,15 @@ class Endpoint:
     sessions) is started by the first request, on the server's loop, and lives as long as it.
     """
 
-    def __init__(self, gateway: Gateway, name: str = "mcp-portal", version: str = "", instructions: str = ""):
-        server = build_server(gateway, name, version, instructions)
+    def __init__(
+        self,
+        gateway: Gateway,
+        name: str = "mcp-portal",
+        version: str = "",
+        instructions: str = "",
+        watch_every: float = 10.0,
+    ):
+        server = build_server(gateway, name, version, instructions, watch_every)
         # The handshake era's sessions live in this process's memory: a restart forgets them, and
         # a client sending a forgotten session id hears 404 and initializes again (the spec's way).
         self.manager = StreamableHTTPSessionManager(app=server, stateless=False, session_idle_timeout=30 * 60)
