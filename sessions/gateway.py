@@ -36,7 +36,15 @@ from . import actions, events, limits, messages, queue
 from .access_tokens import Agent
 from .mcp.endpoint import NOT_FOUND, Caller, Refused
 from .mcp.naming import SEPARATOR, endpoint_names, needs_tasks, normalize_name
-from .models import CallStatus, ToolCall, Via
+from .models import (
+    CallStatus,
+    Elicitation,
+    ElicitationState,
+    SamplingRequest,
+    SamplingState,
+    ToolCall,
+    Via,
+)
 
 log = logging.getLogger(__name__)
 
@@ -202,6 +210,57 @@ def result_of(ended: dict[str, Any]) -> dict[str, Any]:
     return tool_error(f"{why}: {ended.get('error') or 'no reason was given.'}")
 
 
+STATE_PREFIX = "call:"
+
+
+def _question(event: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A form or sampling request (its event) as an input request of the 2026 era, with its key."""
+    if event.get("type") == "sampling.requested":
+        return f"sampling:{event.get('sampling')}", {"method": "sampling/createMessage", "params": event.get("request")}
+    params = {"mode": "form", "message": event.get("message") or "", "requestedSchema": event.get("schema") or {}}
+    return f"elicitation:{event.get('elicitation')}", {"method": "elicitation/create", "params": params}
+
+
+def input_required(call_id: str, questions: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """This request ends asking the client; its retry, with the answers and this state, goes on."""
+    return {
+        "resultType": "input_required",
+        "inputRequests": dict(questions),
+        "requestState": f"{STATE_PREFIX}{call_id}",
+    }
+
+
+async def _deliver_form(agent: Agent, eid: str, answer: dict[str, Any]) -> None:
+    """An answer to a form, from the client, checked and sent to the call's worker as the browser's
+    answer is. The person may have answered first in the browser: then it is too late, and dropped."""
+    action, content = answer.get("action"), answer.get("content")
+    if action not in ("accept", "decline", "cancel"):
+        return
+    try:
+        channel, call_id = await database_sync_to_async(actions.do_take_elicitation_answer)(
+            agent.user, eid, action, content
+        )
+    except actions.AnswerError:
+        return
+    message = {"type": "elicitation.answer", "elicitation": eid, "action": action, "content": content}
+    await get_channel_layer().send(channel, message)
+    await events.publish(agent.user.pk, {"type": "elicitation.answered", "call": call_id, "elicitation": eid})
+
+
+async def _deliver_sampling(agent: Agent, sid: str, text: str, model: str) -> None:
+    """The client's model's reply to a sampling request, as for forms."""
+    text, model = text[: messages.MAX_SAMPLING_REPLY], model[:200]
+    try:
+        channel, call_id = await database_sync_to_async(actions.do_take_sampling_answer)(
+            agent.user, sid, "approve", text
+        )
+    except actions.AnswerError:
+        return
+    message = {"type": "sampling.answer", "sampling": sid, "action": "approve", "text": text, "model": model}
+    await get_channel_layer().send(channel, message)
+    await events.publish(agent.user.pk, {"type": "sampling.answered", "call": call_id, "sampling": sid})
+
+
 # -- the gateway ---------------------------------------------------------------------------------
 
 
@@ -240,6 +299,8 @@ class PortalGateway:
             server, tool = await database_sync_to_async(_where)(agent, caller.server, name)
         except Refused as exc:
             return tool_error(str(exc))
+        if caller.state is not None:
+            return await self._resume(caller, agent, caller.state, caller.answers or {})
         came = actions.Came(via=Via.MCP, client=caller.client, access_token=agent.token)
         async with listening(agent.user.pk) as inbox:
             try:
@@ -253,6 +314,35 @@ class PortalGateway:
             except asyncio.CancelledError:
                 # The client cancelled (notifications/cancelled, or it went away): so does the call.
                 await asyncio.shield(database_sync_to_async(_give_up)(agent, str(call.id)))
+                raise
+
+    async def _resume(
+        self, caller: Caller, agent: Agent, state: str, answers: dict[str, dict[str, Any]]
+    ) -> dict[str, Any]:
+        """The client's retry in the 2026 era, after `input_required`: its answers go to the call's
+        worker as the browser's would, and the call is followed again (or asks its next question)."""
+        call_id = state.removeprefix(STATE_PREFIX)
+        async with listening(agent.user.pk) as inbox:
+            record = await database_sync_to_async(_own_call)(agent, call_id) if state.startswith(STATE_PREFIX) else None
+            if record is None:
+                return tool_error("Unknown call: the request state names no call of yours.")
+            for key, answer in answers.items():
+                kind, _, rid = key.partition(":")
+                if kind == "elicitation":
+                    await _deliver_form(agent, rid, answer)
+                elif kind == "sampling":
+                    content = answer.get("content")
+                    text = content.get("text", "") if isinstance(content, dict) else ""
+                    await _deliver_sampling(agent, rid, str(text), str(answer.get("model") or ""))
+            if record.finished:
+                return result_of(record.as_event())
+            open_now = await database_sync_to_async(_open_questions)(call_id, caller.rounds)
+            if open_now:
+                return input_required(call_id, open_now)
+            try:
+                return await self._follow(caller, agent, call_id, record.status, inbox)
+            except asyncio.CancelledError:
+                await asyncio.shield(database_sync_to_async(_give_up)(agent, call_id))
                 raise
 
     async def _follow(self, caller: Caller, agent: Agent, call_id: str, status: str, inbox: Inbox) -> dict[str, Any]:
@@ -300,6 +390,10 @@ class PortalGateway:
                 await caller.progress(event.get("progress") or 0, event.get("total"), event.get("message"))
             elif kind == "call.log" and caller.log:
                 await caller.log(str(event.get("level") or "info"), event.get("logger"), event.get("data"))
+            elif kind == "elicitation.requested" and event.get("mode") == "form" and "elicitation" in caller.rounds:
+                return input_required(call_id, [_question(event)])
+            elif kind == "sampling.requested" and "sampling" in caller.rounds:
+                return input_required(call_id, [_question(event)])
             elif kind == "elicitation.requested" and event.get("mode") == "form" and caller.elicit:
                 asked.append(asyncio.ensure_future(self._relay_form(caller, agent, event)))
             elif kind == "sampling.requested" and caller.sample:
@@ -316,20 +410,7 @@ class PortalGateway:
         except Exception:  # noqa: BLE001 - a client that cannot answer leaves the form to the browser
             log.info("the client could not answer form %s; the browser may", eid, exc_info=True)
             return
-        action, content = answer.get("action"), answer.get("content")
-        if action not in ("accept", "decline", "cancel"):
-            return
-        try:
-            channel, _ = await database_sync_to_async(actions.do_take_elicitation_answer)(
-                agent.user, eid, action, content
-            )
-        except actions.AnswerError:
-            return
-        message = {"type": "elicitation.answer", "elicitation": eid, "action": action, "content": content}
-        await get_channel_layer().send(channel, message)
-        await events.publish(
-            agent.user.pk, {"type": "elicitation.answered", "call": event.get("call"), "elicitation": eid}
-        )
+        await _deliver_form(agent, eid, answer)
 
     async def _relay_sampling(self, caller: Caller, agent: Agent, event: dict[str, Any]) -> None:
         """A sampling request of the upstream server, asked of the client's model, as for forms."""
@@ -340,14 +421,7 @@ class PortalGateway:
         except Exception:  # noqa: BLE001 - as for forms: the browser may still answer
             log.info("the client could not answer sampling request %s", sid, exc_info=True)
             return
-        text, model = str(answer.get("text") or "")[:100_000], str(answer.get("model") or "")[:200]
-        try:
-            channel, _ = await database_sync_to_async(actions.do_take_sampling_answer)(agent.user, sid, "approve", text)
-        except actions.AnswerError:
-            return
-        message = {"type": "sampling.answer", "sampling": sid, "action": "approve", "text": text, "model": model}
-        await get_channel_layer().send(channel, message)
-        await events.publish(agent.user.pk, {"type": "sampling.answered", "call": event.get("call"), "sampling": sid})
+        await _deliver_sampling(agent, sid, str(answer.get("text") or ""), str(answer.get("model") or ""))
 
     # -- resources, prompts, completions: asked of the worker holding the person's session --
 
@@ -493,6 +567,29 @@ class PortalGateway:
 def _start(agent: Agent, server: Server, tool: str, arguments: dict[str, Any], came: actions.Came) -> ToolCall:
     limits.take_tool_call(agent.user.pk)
     return actions.do_start_tool_call(agent.user, server.pk, tool, arguments, came=came)
+
+
+def _own_call(agent: Agent, call_id: str) -> ToolCall | None:
+    """The person's own call through the endpoint; another's, or none, reads alike."""
+    try:
+        key = uuid.UUID(call_id)
+    except ValueError:
+        return None
+    return ToolCall.objects.filter(pk=key, user=agent.user, via=Via.MCP).first()
+
+
+def _open_questions(call_id: str, rounds: frozenset[str]) -> list[tuple[str, dict[str, Any]]]:
+    """The call's forms and sampling requests still waiting, as input requests (for a retry that
+    answered some, while the server asked more)."""
+    questions = []
+    if "elicitation" in rounds:
+        for form in Elicitation.objects.filter(call_id=call_id, state=ElicitationState.PENDING, mode="form"):
+            event = {"type": "elicitation.requested", "elicitation": str(form.pk), "message": form.message}
+            questions.append(_question({**event, "schema": form.schema}))
+    if "sampling" in rounds:
+        for ask in SamplingRequest.objects.filter(call_id=call_id, state=SamplingState.PENDING):
+            questions.append(_question({"type": "sampling.requested", "sampling": str(ask.pk), "request": ask.params}))
+    return questions
 
 
 def _record(call_id: str) -> ToolCall | None:

@@ -363,7 +363,8 @@ def test_the_clients_cancel_cancels_the_upstream_call(portal, alice, demo, mode)
     assert call.status == "cancelled", (call.status, call.error)
 
 
-def test_a_form_goes_to_a_client_that_can_answer_it(portal, alice, demo):
+@pytest.mark.parametrize("mode", ERAS)
+def test_a_form_goes_to_a_client_that_can_answer_it(portal, alice, demo, mode):
     import mcp_types as types
 
     token = token_for(alice)
@@ -376,7 +377,7 @@ def test_a_form_goes_to_a_client_that_can_answer_it(portal, alice, demo):
     answered = run(
         f"{portal.url}/mcp/demo/",
         token,
-        "legacy",
+        mode,
         lambda c: c.call_tool("ask", {"topic": "the endpoint"}),
         elicitation_callback=on_elicit,
     )
@@ -384,7 +385,8 @@ def test_a_form_goes_to_a_client_that_can_answer_it(portal, alice, demo):
     assert answered.content[0].text == "will contact Ada <ada@example.org> about the endpoint"
 
 
-def test_a_sampling_request_goes_to_a_client_that_can_answer_it(portal, alice, demo):
+@pytest.mark.parametrize("mode", ERAS)
+def test_a_sampling_request_goes_to_a_client_that_can_answer_it(portal, alice, demo, mode):
     import mcp_types as types
 
     token = token_for(alice)
@@ -397,7 +399,7 @@ def test_a_sampling_request_goes_to_a_client_that_can_answer_it(portal, alice, d
     said = run(
         f"{portal.url}/mcp/demo/",
         token,
-        "legacy",
+        mode,
         lambda c: c.call_tool("summarize", {"text": "a long text"}),
         sampling_callback=on_sample,
     )

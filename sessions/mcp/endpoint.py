@@ -25,6 +25,7 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.message import ServerMessageMetadata
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,11 @@ class Caller:
     # (the handshake era's stream); otherwise the person answers in the browser.
     elicit: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] | None = None
     sample: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None
+    # The 2026 era's way instead: a form or sampling request ends this request as `input_required`,
+    # and the client's retry carries the answers (`answers`, keyed as asked) and `state` back.
+    rounds: frozenset[str] = frozenset()  # "elicitation", "sampling": what the client can answer so
+    answers: dict[str, dict[str, Any]] | None = None
+    state: str | None = None
 
 
 class Gateway(Protocol):
@@ -121,6 +127,8 @@ def _caller(ctx: Any) -> Caller:
 
     capabilities = session.client_capabilities
     can_ask = session.can_send_request and capabilities is not None
+    declared = {name for name in ("elicitation", "sampling") if getattr(capabilities, name, None) is not None}
+    rounds = frozenset(declared) if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS else frozenset()
     return Caller(
         agent=found.agent,
         server=found.server,
@@ -129,8 +137,9 @@ def _caller(ctx: Any) -> Caller:
         wants_progress=token is not None,
         progress=progress,
         log=to_log,
-        elicit=elicit if can_ask and capabilities.elicitation is not None else None,
-        sample=sample if can_ask and capabilities.sampling is not None else None,
+        elicit=elicit if can_ask and "elicitation" in declared else None,
+        sample=sample if can_ask and "sampling" in declared else None,
+        rounds=rounds,
     )
 
 
@@ -195,8 +204,19 @@ def build_server(
         _watch(ctx, gateway, caller, tools, watch_every)
         return types.ListToolsResult.model_validate({"tools": tools})
 
-    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
-        result = await _answer(gateway.call_tool(_caller(ctx), params.name, dict(params.arguments or {})))
+    async def call_tool(
+        ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        caller = _caller(ctx)
+        if params.input_responses or params.request_state:
+            caller.answers = {
+                key: answer.model_dump(by_alias=True, exclude_none=True, mode="json")
+                for key, answer in (params.input_responses or {}).items()
+            }
+            caller.state = params.request_state
+        result = await _answer(gateway.call_tool(caller, params.name, dict(params.arguments or {})))
+        if result.get("resultType") == "input_required":
+            return types.InputRequiredResult.model_validate(result)
         return types.CallToolResult.model_validate(result)
 
     async def list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
