@@ -34,7 +34,7 @@ from servers.policy import ASK, DENY
 
 from . import actions, events, limits, messages, queue
 from .access_tokens import Agent
-from .mcp.endpoint import NOT_FOUND, Caller, Refused
+from .mcp.endpoint import MODERN_ERAS, NOT_FOUND, URL_ELICITATION_REQUIRED, Caller, Refused
 from .mcp.naming import SEPARATOR, endpoint_names, needs_tasks, normalize_name
 from .models import (
     CallStatus,
@@ -194,10 +194,21 @@ def tool_error(text: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": text}], "isError": True}
 
 
-def result_of(ended: dict[str, Any]) -> dict[str, Any]:
-    """A call's end (its `call.ended` event, or its record as one) as the client's CallToolResult."""
+def result_of(ended: dict[str, Any], era: str = "") -> dict[str, Any]:
+    """A call's end (its `call.ended` event, or its record as one) as the client's CallToolResult.
+
+    A server's -32042 (open these pages, then call again) goes to a handshake-era client as the same
+    error, with the pages; a 2026-era one, which has no such error, reads the pages in the tool error."""
     result = ended.get("result")
     status = ended.get("status")
+    pages = (ended.get("details") or {}).get("elicitations") or []
+    if ended.get("error_kind") == "url_elicitation_required" and pages:
+        if era and era not in MODERN_ERAS:
+            raise Refused(
+                str(ended.get("error") or "Open these pages first."), URL_ELICITATION_REQUIRED, {"elicitations": pages}
+            )
+        listed = "; ".join(f"{p.get('message', '')} {p.get('url', '')}".strip() for p in pages if isinstance(p, dict))
+        return tool_error(f"The server asks you to open a page first, then call again: {listed}")
     if isinstance(result, dict) and status in (CallStatus.SUCCEEDED, CallStatus.TOOL_ERROR):
         shown = {k: v for k, v in result.items() if k in ("content", "structuredContent", "isError", "_meta")}
         shown.setdefault("content", [])
@@ -217,7 +228,11 @@ def _question(event: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """A form or sampling request (its event) as an input request of the 2026 era, with its key."""
     if event.get("type") == "sampling.requested":
         return f"sampling:{event.get('sampling')}", {"method": "sampling/createMessage", "params": event.get("request")}
-    params = {"mode": "form", "message": event.get("message") or "", "requestedSchema": event.get("schema") or {}}
+    if event.get("mode") == "url":
+        # The 2026 era has no elicitation id and no completion notice: the page is offered, and that is all.
+        params: dict[str, Any] = {"mode": "url", "message": event.get("message") or "", "url": event.get("url") or ""}
+    else:
+        params = {"mode": "form", "message": event.get("message") or "", "requestedSchema": event.get("schema") or {}}
     return f"elicitation:{event.get('elicitation')}", {"method": "elicitation/create", "params": params}
 
 
@@ -308,7 +323,7 @@ class PortalGateway:
             except limits.RateLimited as exc:
                 return tool_error(str(exc))
             if call.finished:
-                return result_of(call.as_event())
+                return result_of(call.as_event(), caller.protocol_version)
             try:
                 return await self._follow(caller, agent, str(call.id), call.status, inbox)
             except asyncio.CancelledError:
@@ -335,7 +350,7 @@ class PortalGateway:
                     text = content.get("text", "") if isinstance(content, dict) else ""
                     await _deliver_sampling(agent, rid, str(text), str(answer.get("model") or ""))
             if record.finished:
-                return result_of(record.as_event())
+                return result_of(record.as_event(), caller.protocol_version)
             open_now = await database_sync_to_async(_open_questions)(call_id, caller.rounds)
             if open_now:
                 return input_required(call_id, open_now)
@@ -373,14 +388,14 @@ class PortalGateway:
                 if record is None:
                     return tool_error("The call's record is gone.")
                 if record.finished:
-                    return result_of(record.as_event())
+                    return result_of(record.as_event(), caller.protocol_version)
                 held = record.status == CallStatus.AWAITING_APPROVAL
                 continue
             if event.get("call") != call_id:
                 continue
             kind = event.get("type")
             if kind == "call.ended":
-                return result_of(event)
+                return result_of(event, caller.protocol_version)
             if kind == "approval.requested":
                 held = True
             elif kind in ("call.started", "approval.ended"):
@@ -390,12 +405,16 @@ class PortalGateway:
                 await caller.progress(event.get("progress") or 0, event.get("total"), event.get("message"))
             elif kind == "call.log" and caller.log:
                 await caller.log(str(event.get("level") or "info"), event.get("logger"), event.get("data"))
-            elif kind == "elicitation.requested" and event.get("mode") == "form" and "elicitation" in caller.rounds:
+            elif kind == "elicitation.requested" and "elicitation" in caller.rounds:
                 return input_required(call_id, [_question(event)])
             elif kind == "sampling.requested" and "sampling" in caller.rounds:
                 return input_required(call_id, [_question(event)])
             elif kind == "elicitation.requested" and event.get("mode") == "form" and caller.elicit:
                 asked.append(asyncio.ensure_future(self._relay_form(caller, agent, event)))
+            elif kind == "elicitation.requested" and event.get("mode") == "url" and caller.elicit_url:
+                asked.append(asyncio.ensure_future(self._relay_page(caller, agent, event)))
+            elif kind == "elicitation.completed" and caller.elicit_done:
+                await caller.elicit_done(str(event.get("elicitation_id") or ""))
             elif kind == "sampling.requested" and caller.sample:
                 asked.append(asyncio.ensure_future(self._relay_sampling(caller, agent, event)))
 
@@ -409,6 +428,19 @@ class PortalGateway:
             answer = await caller.elicit(str(event.get("message") or ""), event.get("schema") or {})
         except Exception:  # noqa: BLE001 - a client that cannot answer leaves the form to the browser
             log.info("the client could not answer form %s; the browser may", eid, exc_info=True)
+            return
+        await _deliver_form(agent, eid, answer)
+
+    async def _relay_page(self, caller: Caller, agent: Agent, event: dict[str, Any]) -> None:
+        """A page the upstream server asks the person to visit (URL mode), offered by the client."""
+        assert caller.elicit_url is not None
+        eid = str(event.get("elicitation"))
+        try:
+            answer = await caller.elicit_url(
+                str(event.get("message") or ""), str(event.get("url") or ""), str(event.get("elicitation_id") or "")
+            )
+        except Exception:  # noqa: BLE001 - as for forms: the browser may still answer
+            log.info("the client could not offer page %s", eid, exc_info=True)
             return
         await _deliver_form(agent, eid, answer)
 
@@ -583,9 +615,10 @@ def _open_questions(call_id: str, rounds: frozenset[str]) -> list[tuple[str, dic
     answered some, while the server asked more)."""
     questions = []
     if "elicitation" in rounds:
-        for form in Elicitation.objects.filter(call_id=call_id, state=ElicitationState.PENDING, mode="form"):
+        for form in Elicitation.objects.filter(call_id=call_id, state=ElicitationState.PENDING):
             event = {"type": "elicitation.requested", "elicitation": str(form.pk), "message": form.message}
-            questions.append(_question({**event, "schema": form.schema}))
+            page = {"mode": "url", "url": form.schema.get("url", "")} if form.mode == "url" else {}
+            questions.append(_question({**event, "schema": form.schema, **page}))
     if "sampling" in rounds:
         for ask in SamplingRequest.objects.filter(call_id=call_id, state=SamplingState.PENDING):
             questions.append(_question({"type": "sampling.requested", "sampling": str(ask.pk), "request": ask.params}))

@@ -589,3 +589,58 @@ def test_a_handshake_client_hears_that_its_tool_list_changed(quick_portal, alice
 
     before, after = asyncio.run(work())
     assert "echo" in names(before) and "echo" not in names(after)
+
+
+@pytest.fixture
+def legacy_demo(demo):
+    """The demo server over the handshake era, where it can send people to pages (URL mode, -32042)."""
+    demo.protocol = "legacy"
+    demo.save()
+    return demo
+
+
+@pytest.mark.parametrize("mode", ERAS)
+def test_a_page_to_visit_goes_to_a_client_that_can_offer_it(portal, alice, legacy_demo, mode):
+    import mcp_types as types
+
+    token = token_for(alice)
+    offered: list[str] = []
+
+    async def on_elicit(ctx, params):
+        offered.append(f"{params.mode} {params.url}")
+        return types.ElicitResult(action="accept")
+
+    connected = run(
+        f"{portal.url}/mcp/demo/",
+        token,
+        mode,
+        lambda c: c.call_tool("connect_account", {}),
+        elicitation_callback=on_elicit,
+    )
+    assert offered == ["url https://example.org/consent"]
+    assert connected.content[0].text == "account connected"
+
+
+def test_a_servers_32042_reaches_a_handshake_client_as_the_same_error(portal, alice, legacy_demo):
+    from mcp.shared.exceptions import MCPError
+
+    token = token_for(alice)
+
+    async def work(client):
+        try:
+            await client.call_tool("needs_authorization", {"account": "endpoint"})
+        except MCPError as exc:
+            return exc
+        return None
+
+    error = run(f"{portal.url}/mcp/demo/", token, "legacy", work)
+    assert isinstance(error, MCPError) and error.error.code == -32042
+    assert error.error.data["elicitations"][0]["url"] == "https://example.org/consent?account=endpoint"
+    # Called again, as the error asks: the server says it is authorized now.
+    again = run(
+        f"{portal.url}/mcp/demo/",
+        token,
+        "2026-07-28",
+        lambda c: c.call_tool("needs_authorization", {"account": "endpoint"}),
+    )
+    assert again.content[0].text == "endpoint is authorized"

@@ -33,14 +33,18 @@ CALLER = "portal.caller"
 # A JSON-RPC error for a request the portal refuses for what it asks (not a tool's own error).
 INVALID_PARAMS = -32602
 NOT_FOUND = -32002
+# The handshake era's "open this page first, then call again" (the upstream server's, relayed).
+URL_ELICITATION_REQUIRED = -32042
+MODERN_ERAS = MODERN_PROTOCOL_VERSIONS
 
 
 class Refused(Exception):
     """A request the gateway will not answer; the text goes back as the JSON-RPC error's message."""
 
-    def __init__(self, message: str, code: int = INVALID_PARAMS):
+    def __init__(self, message: str, code: int = INVALID_PARAMS, data: Any = None):
         super().__init__(message)
         self.code = code
+        self.data = data
 
 
 @dataclass
@@ -61,6 +65,8 @@ class Caller:
     # (the handshake era's stream); otherwise the person answers in the browser.
     elicit: Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]] | None = None
     sample: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None
+    elicit_url: Callable[[str, str, str], Awaitable[dict[str, Any]]] | None = None
+    elicit_done: Callable[[str], Awaitable[None]] | None = None
     # The 2026 era's way instead: a form or sampling request ends this request as `input_required`,
     # and the client's retry carries the answers (`answers`, keyed as asked) and `state` back.
     rounds: frozenset[str] = frozenset()  # "elicitation", "sampling": what the client can answer so
@@ -116,6 +122,13 @@ def _caller(ctx: Any) -> Caller:
         answer = await session.elicit_form(message, schema, related_request_id=ctx.request_id)
         return {"action": answer.action, "content": answer.content}
 
+    async def elicit_url(message: str, url: str, elicitation_id: str) -> dict[str, Any]:
+        answer = await session.elicit_url(message, url, elicitation_id, related_request_id=ctx.request_id)
+        return {"action": answer.action}
+
+    async def elicit_done(elicitation_id: str) -> None:
+        await session.send_elicit_complete(elicitation_id, related_request_id=ctx.request_id)
+
     async def sample(params: dict[str, Any]) -> dict[str, Any]:
         request = types.CreateMessageRequest.model_validate({"method": "sampling/createMessage", "params": params})
         reply = await session.send_request(
@@ -139,6 +152,8 @@ def _caller(ctx: Any) -> Caller:
         log=to_log,
         elicit=elicit if can_ask and "elicitation" in declared else None,
         sample=sample if can_ask and "sampling" in declared else None,
+        elicit_url=elicit_url if can_ask and "elicitation" in declared else None,
+        elicit_done=elicit_done if can_ask and "elicitation" in declared else None,
         rounds=rounds,
     )
 
@@ -147,7 +162,7 @@ async def _answer(work: Awaitable[Any]) -> Any:
     try:
         return await work
     except Refused as exc:
-        raise MCPError(exc.code, str(exc)) from None
+        raise MCPError(exc.code, str(exc), exc.data) from None
 
 
 def _digest(tools: list[dict[str, Any]]) -> str:
