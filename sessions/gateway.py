@@ -533,6 +533,35 @@ class PortalGateway:
                     return named
         raise Refused(f"No server of yours lists the resource {uri}.", NOT_FOUND)
 
+    async def subscribe(self, caller: Caller, uri: str, subscriber: str) -> int:
+        """Subscribed at the worker holding the person's session with the resource's server, as the
+        playground's socket subscribes; returns the server's id (the news name it)."""
+        candidates = await self._each_server(caller)
+        if not candidates:
+            raise Refused("Unknown resource.", NOT_FOUND)
+        named = candidates[0] if len(candidates) == 1 else await self._owner_of(caller, candidates, uri)
+        await self._ask(
+            caller.agent, named.server, "sessions.subscribe_resource", "resource.subscribed", uri, subscriber
+        )
+        return named.server.pk
+
+    async def unsubscribe(self, caller: Caller, uri: str, subscriber: str, held: Any) -> None:
+        server = await database_sync_to_async(Server.objects.filter(pk=held).first)()
+        user_id = caller.agent.user.pk
+        if server is None:
+            await database_sync_to_async(queue.send)("sessions.unsubscribe_resource", (held, user_id, uri, subscriber))
+        else:
+            await database_sync_to_async(queue.to_session)(
+                "sessions.unsubscribe_resource", server, user_id, uri, subscriber
+            )
+
+    async def resource_news(self, caller: Caller) -> AsyncIterator[tuple[Any, str]]:
+        async with listening(caller.agent.user.pk) as inbox:
+            while True:
+                event = await inbox.next(3600)
+                if event is not None and event.get("type") == "resource.updated":
+                    yield event.get("server"), str(event.get("uri") or "")
+
     async def list_prompts(self, caller: Caller) -> list[dict[str, Any]]:
         found = []
         for named in await self._each_server(caller):

@@ -644,3 +644,32 @@ def test_a_servers_32042_reaches_a_handshake_client_as_the_same_error(portal, al
         lambda c: c.call_tool("needs_authorization", {"account": "endpoint"}),
     )
     assert again.content[0].text == "endpoint is authorized"
+
+
+def test_a_subscription_brings_the_servers_news_until_unsubscribed(portal, alice, demo):
+    import mcp_types as types
+
+    token = token_for(alice)
+
+    async def work():
+        updated: list[str] = []
+        heard = asyncio.Event()
+
+        async def on_message(message) -> None:
+            if isinstance(message, types.ResourceUpdatedNotification):
+                updated.append(str(message.params.uri))
+                heard.set()
+
+        async def inside(client):
+            await client.subscribe_resource("demo://counter")
+            touched = await client.call_tool("touch_resource", {})
+            await asyncio.wait_for(heard.wait(), 30)
+            await client.unsubscribe_resource("demo://counter")
+            return touched
+
+        touched = await _session(f"{portal.url}/mcp/demo/", token, "legacy", inside, message_handler=on_message)
+        return touched, updated
+
+    touched, updated = asyncio.run(work())
+    assert touched.is_error is False
+    assert updated == ["demo://counter"]

@@ -14,7 +14,7 @@ import hashlib
 import json
 import logging
 import warnings
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -86,6 +86,11 @@ class Gateway(Protocol):
     async def complete(
         self, caller: Caller, ref: dict[str, Any], argument: dict[str, Any], context: dict[str, Any]
     ) -> dict[str, Any]: ...
+    # Subscriptions (handshake era): `subscriber` names the session; returns what unsubscribe needs.
+    async def subscribe(self, caller: Caller, uri: str, subscriber: str) -> Any: ...
+    async def unsubscribe(self, caller: Caller, uri: str, subscriber: str, held: Any) -> None: ...
+    # The person's resource news, as (held, uri): what subscribe returned, and the URI that changed.
+    def resource_news(self, caller: Caller) -> AsyncIterator[tuple[Any, str]]: ...
 
 
 def _client_name(ctx: Any) -> str:
@@ -201,6 +206,39 @@ def _watch(ctx: Any, gateway: Gateway, caller: Caller, tools: list[dict[str, Any
     connection.exit_stack.callback(watcher.cancel)
 
 
+def _subscriptions(ctx: Any, gateway: Gateway, caller: Caller) -> tuple[dict[str, Any], str]:
+    """The session's subscriptions (URI → what the gateway holds for it) and its subscriber name,
+    with the task that relays their news to the client, started with the first one: it ends with
+    the session, which lets go of every subscription it still holds."""
+    connection = ctx.session._connection  # the SDK keeps the session's connection here
+    if connection.session_id is None:
+        raise MCPError(-32601, "Subscriptions need a session (the handshake era).")
+    subscriber = f"endpoint.{connection.session_id}"
+    held: dict[str, Any] = connection.state.setdefault("subscriptions", {})
+    if "news" not in connection.state:
+
+        async def relay() -> None:
+            async for key, uri in gateway.resource_news(caller):
+                if held.get(uri) == key:
+                    try:
+                        await connection.send_resource_updated(uri)
+                    except Exception:  # noqa: BLE001 - the session has gone
+                        return
+
+        async def let_go() -> None:
+            news.cancel()
+            for uri, key in list(held.items()):
+                try:
+                    await gateway.unsubscribe(caller, uri, subscriber, key)
+                except Exception:  # noqa: BLE001 - the worker lets go when its connection closes anyway
+                    log.debug("could not unsubscribe %s", uri, exc_info=True)
+
+        news = asyncio.ensure_future(relay())
+        connection.state["news"] = news
+        connection.exit_stack.push_async_callback(let_go)
+    return held, subscriber
+
+
 class _Server(Server[Any]):
     def create_initialization_options(self, notification_options: Any = None, *args: Any, **kwargs: Any) -> Any:
         # The handshake-era tool list changes are sent (_watch), so the capability says so.
@@ -261,6 +299,21 @@ def build_server(
         found = await _answer(gateway.complete(_caller(ctx), ref, argument, context))
         return types.CompleteResult.model_validate({"completion": found})
 
+    async def subscribe(ctx: Any, params: types.SubscribeRequestParams) -> types.EmptyResult:
+        caller = _caller(ctx)
+        held, subscriber = _subscriptions(ctx, gateway, caller)
+        uri = str(params.uri)
+        held[uri] = await _answer(gateway.subscribe(caller, uri, subscriber))
+        return types.EmptyResult()
+
+    async def unsubscribe(ctx: Any, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+        caller = _caller(ctx)
+        held, subscriber = _subscriptions(ctx, gateway, caller)
+        uri = str(params.uri)
+        if uri in held:
+            await _answer(gateway.unsubscribe(caller, uri, subscriber, held.pop(uri)))
+        return types.EmptyResult()
+
     async def set_level(ctx: Any, params: Any) -> types.EmptyResult:
         # Log lines of the upstream servers are relayed as they come; the level is the servers' own.
         return types.EmptyResult()
@@ -280,6 +333,8 @@ def build_server(
             on_list_prompts=list_prompts,
             on_get_prompt=get_prompt,
             on_completion=complete,
+            on_subscribe_resource=subscribe,
+            on_unsubscribe_resource=unsubscribe,
             on_set_logging_level=set_level,
         )
 
