@@ -47,8 +47,11 @@ def portal_process(name: str, **env: str) -> Iterator[PortalProcess]:
 
     db = dict(connection.settings_dict)
     process = PortalProcess(db, Path(settings.VAR_DIR) / f"test-{name}.log")
-    # Registrations are limited per address, and every test here registers from 127.0.0.1.
-    with mock.patch.dict(os.environ, {"PORTAL_OAUTH_REGISTRATIONS_PER_MINUTE": "0", **env}):
+    # Registrations are limited per address, and every test here registers from 127.0.0.1. The person
+    # here is httpx over plain http, which keeps the distributed mode's Secure cookies to itself (a
+    # browser sends them to 127.0.0.1); the flags are tested in tests/security/test_csrf_and_cookies.py.
+    quirks = {"PORTAL_OAUTH_REGISTRATIONS_PER_MINUTE": "0", "PORTAL_SECURE_COOKIES": "0"}
+    with mock.patch.dict(os.environ, {**quirks, **env}):
         process.start()
     try:
         yield process
