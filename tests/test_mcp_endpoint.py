@@ -673,3 +673,49 @@ def test_a_subscription_brings_the_servers_news_until_unsubscribed(portal, alice
     touched, updated = asyncio.run(work())
     assert touched.is_error is False
     assert updated == ["demo://counter"]
+
+
+def test_a_restart_keeps_2026_clients_going_and_tells_handshake_sessions_with_404(django_db_setup, worker, alice, demo):
+    from django.db import connection
+
+    token = token_for(alice)
+    accept = {"Accept": "application/json, text/event-stream", "Authorization": f"Bearer {token}"}
+    process = PortalProcess(dict(connection.settings_dict), Path(settings.VAR_DIR) / "test-endpoint-restart.log")
+    process.start()
+    try:
+        opened = httpx.post(
+            f"{process.url}/mcp/demo/",
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-11-25",
+                    "capabilities": {},
+                    "clientInfo": {"name": "t", "version": "1"},
+                },
+            },
+            headers=accept,
+        )
+        session = opened.headers["mcp-session-id"]
+
+        async def across_the_restart():
+            async def work(client):
+                first = await client.call_tool("echo", {"message": "before"})
+                await asyncio.to_thread(process.stop)
+                await asyncio.to_thread(process.start)
+                return first, await client.call_tool("echo", {"message": "after"})
+
+            return await _session(f"{process.url}/mcp/demo/", token, "2026-07-28", work)
+
+        before, after = asyncio.run(across_the_restart())
+        assert before.content[0].text == "before" and after.content[0].text == "after"
+        # The handshake era's session lived in the old process: the spec's 404, so the client initializes again.
+        forgotten = httpx.post(
+            f"{process.url}/mcp/demo/",
+            json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            headers={**accept, "Mcp-Session-Id": session, "Mcp-Protocol-Version": "2025-11-25"},
+        )
+        assert forgotten.status_code == 404
+    finally:
+        process.stop()
