@@ -719,3 +719,53 @@ def test_a_restart_keeps_2026_clients_going_and_tells_handshake_sessions_with_40
         assert forgotten.status_code == 404
     finally:
         process.stop()
+
+
+@pytest.fixture
+def everything(alice):
+    """The reference server @modelcontextprotocol/server-everything (TypeScript SDK, stdio)."""
+    from servers.models import Effect, PermissionRule, Server
+    from tests.conftest import NODE
+    from tests.test_server_everything_conversation import ENTRY
+
+    team = alice.memberships.get().team
+    server = Server.objects.create(
+        team=team, name="everything", transport="stdio", command=NODE, args=[str(ENTRY), "stdio"], request_timeout=30
+    )
+    PermissionRule.objects.create(team=team, pattern="mcp__everything", effect=Effect.ALLOW)
+    return server
+
+
+@pytest.mark.parametrize("mode", ERAS)
+def test_the_reference_server_through_the_endpoint(portal, alice, everything, mode):
+    import mcp_types as types
+
+    token = token_for(alice)
+    heard: list[float] = []
+    asked: list[str] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        heard.append(progress)
+
+    async def on_sample(ctx, params):
+        asked.append(params.messages[0].content.text)
+        return types.CreateMessageResult(
+            role="assistant", content=types.TextContent(type="text", text="sampled."), model="agent-model"
+        )
+
+    async def work(client):
+        listed = await client.list_tools()
+        summed = await client.call_tool("get-sum", {"a": 2, "b": 40})
+        ran = await client.call_tool(
+            "trigger-long-running-operation", {"duration": 1, "steps": 3}, progress_callback=on_progress
+        )
+        sampled = await client.call_tool("trigger-sampling-request", {"prompt": "hi", "maxTokens": 20})
+        return listed, summed, ran, sampled
+
+    listed, summed, ran, sampled = run(f"{portal.url}/mcp/everything/", token, mode, work, sampling_callback=on_sample)
+    assert {"echo", "get-sum", "trigger-long-running-operation"} <= set(names(listed))
+    assert "simulate-research-query" not in names(listed)  # it needs tasks, which the portal cannot run yet
+    assert "42" in summed.content[0].text
+    assert ran.is_error is False and heard[-1] == 3
+    assert asked and "hi" in asked[0]
+    assert "sampled." in str(sampled.content[0].text)
