@@ -123,8 +123,8 @@ def _tools_for(agent: Agent, only: str) -> list[Listed]:
     return listed
 
 
-def _one_server(agent: Agent, path: str) -> Server:
-    for named in _servers_of(agent):
+def _one_server(agent: Agent, path: str, servers: list[Named] | None = None) -> Server:
+    for named in _servers_of(agent) if servers is None else servers:
         if named.path == path:
             return named.server
     raise Refused("Unknown server.", NOT_FOUND)
@@ -136,14 +136,18 @@ def _unlisted(agent: Agent, only: str) -> list[Server]:
 
 
 def _where(agent: Agent, only: str, name: str) -> tuple[Server, str]:
-    """The server and tool a name on the endpoint stands for."""
-    for listed in _tools_for(agent, only):
-        if listed.name == name:
-            return listed.server, listed.tool
-    # Not in the last list (new since, or denied): the worker decides on the live list, which says why.
+    """The server and tool a name on the endpoint stands for. Only the names are matched here: the
+    call's decision is `do_start_tool_call`'s (a denied tool's call ends naming its rule), and a tool
+    missing from the last list is the worker's to find on the live one."""
+    servers = _servers_of(agent)
     if only:
-        return _one_server(agent, only), name
-    for named in _servers_of(agent):
+        return _one_server(agent, only, servers), name
+    for named in servers:
+        tools = [str(t["name"]) for t in named.server.tools if isinstance(t, dict) and t.get("name")]
+        for tool, listed_as in endpoint_names(named.path, tools).items():
+            if listed_as == name:
+                return named.server, tool
+    for named in servers:
         if name.startswith(named.path + SEPARATOR):
             return named.server, name[len(named.path) + len(SEPARATOR) :]
     raise Refused(f"Unknown tool: {name}")
