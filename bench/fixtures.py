@@ -78,8 +78,25 @@ def main(argv: list[str] | None = None) -> None:
             server = do_update_server(server, fields)
         ids["fault" if name == FAULT_SERVER else fields["transport"]] = server.pk
     names = [username(i) for i in range(args.users)]
-    pks = dict(User.objects.filter(username__in=names).values_list("username", "pk"))
-    json.dump({"password": PASSWORD, "users": names, "user_ids": [pks[n] for n in names], "servers": ids}, sys.stdout)
+    people = {user.username: user for user in User.objects.filter(username__in=names)}
+    # A personal access token each, for the MCP endpoint series (shown once: kept by this run only).
+    from sessions.access_tokens import do_create_token
+
+    tokens = [do_create_token(people[n], "bench")[1] for n in names]
+    from servers.models import Effect, PermissionRule
+
+    # The endpoint's calls run without asking, as the playground's do (echo is read-only anyway).
+    PermissionRule.objects.get_or_create(team=team, user=None, pattern=f"mcp__{HTTP_SERVER}", effect=Effect.ALLOW)
+    json.dump(
+        {
+            "password": PASSWORD,
+            "users": names,
+            "user_ids": [people[n].pk for n in names],
+            "servers": ids,
+            "tokens": tokens,
+        },
+        sys.stdout,
+    )
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from typing import Any
 
 import websockets
 
-from bench import direct
+from bench import direct, endpoint
 from bench.client import Playground, login
 from bench.stack import (
     BENCH_PG,
@@ -48,7 +48,7 @@ from bench.stack import (
 from bench.stats import fmt, summary_ms, table
 
 MB = 1024 * 1024
-PHASES = ("latency", "cold", "large", "throughput", "memory")
+PHASES = ("latency", "cold", "large", "throughput", "memory", "mcp")
 CALL_TIMEOUT = 60.0
 
 
@@ -272,8 +272,13 @@ async def measure_portal(mode: str, plan: Plan, http_url: str, phases: set[str])
             )
             if result["throughput"][str(level)]["errors"]:
                 log(f"{mode}: errors with {level} users: {result['throughput'][str(level)]['error_examples']}")
-        result["handshakes_during_warm_calls"] = sum(v["handshakes"] for v in result["latency"].values()) + sum(
-            v["handshakes"] for v in result["throughput"].values()
+        if "mcp" in phases:
+            result["mcp"] = await measure_endpoint(portal, plan, http_url, first)
+        result["handshakes_during_warm_calls"] = (
+            sum(v["handshakes"] for v in result["latency"].values())
+            + sum(v["handshakes"] for v in result["throughput"].values())
+            + sum(v["handshakes"] for v in (dig(result, "mcp", "latency") or {}).values())
+            + (dig(result, "mcp", "throughput", "handshakes") or 0)
         )
         return result
     except BaseException:
@@ -282,6 +287,29 @@ async def measure_portal(mode: str, plan: Plan, http_url: str, phases: set[str])
         raise
     finally:
         portal.close()
+
+
+async def measure_endpoint(portal: Portal, plan: Plan, http_url: str, first: int) -> dict[str, Any]:
+    """The MCP endpoint series: latency in both eras, then the 2026 era's throughput with one
+    client per person, through `/mcp/<server>/` and direct with the same loop."""
+    server = fixtures_http_server()
+    log(f"{portal.mode}: MCP endpoint latency, {plan.calls} calls per era")
+    latency = await endpoint.latency(portal, server, http_url, plan.calls, plan.warmup)
+    level = 50 if 50 in plan.levels else max(plan.levels)
+    tokens = portal.fixtures["tokens"][first : first + level]
+    log(f"{portal.mode}: MCP endpoint throughput with {len(tokens)} clients for {plan.seconds:g} s")
+    url = endpoint.endpoint_url(portal, server)
+    through = await endpoint.throughput(url, tokens, plan.seconds, "2026-07-28", portal)
+    if through["errors"]:
+        log(f"{portal.mode}: MCP endpoint errors: {through['error_examples']}")
+    direct_run = await endpoint.throughput(http_url, [None] * len(tokens), plan.seconds, "2026-07-28")
+    return {"latency": latency, "throughput": through, "direct_throughput": direct_run}
+
+
+def fixtures_http_server() -> str:
+    from bench.fixtures import HTTP_SERVER
+
+    return HTTP_SERVER
 
 
 # -- the direct path and memory ------------------------------------------------------------
@@ -419,6 +447,18 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
         label = f"{row['size_bytes'] // MB}mb" if row["size_bytes"] >= MB else f"{row['size_bytes']}b"
         keys[f"large_{label}_ms"] = row["portal_ms"]
         keys[f"large_{label}_peak_mb"] = row["worker_peak_extra_mb"]
+    for mode, prefix in (("embedded", ""), ("distributed", "distributed_")):
+        series = dig(report, mode, "mcp")
+        if not series:
+            continue
+        modern, handshake = dig(series, "latency", "2026-07-28") or {}, dig(series, "latency", "legacy") or {}
+        keys[f"{prefix}mcp_overhead_p50_ms"] = minus(modern.get("p50"), dig(modern, "direct", "p50"))
+        keys[f"{prefix}mcp_overhead_p99_ms"] = minus(modern.get("p99"), dig(modern, "direct", "p99"))
+        keys[f"{prefix}mcp_handshake_overhead_p50_ms"] = minus(handshake.get("p50"), dig(handshake, "direct", "p50"))
+        keys[f"{prefix}mcp_calls_per_s_50_clients"] = dig(series, "throughput", "calls_per_s")
+        keys[f"{prefix}mcp_errors_50_clients"] = dig(series, "throughput", "errors")
+        keys[f"{prefix}mcp_direct_calls_per_s_50_clients"] = dig(series, "direct_throughput", "calls_per_s")
+        keys[f"{prefix}cpu_ms_per_call"] = dig(series, "throughput", "portal_cpu_ms_per_call")
     keys["warm_calls_handshake_free"] = keys["handshakes_during_warm_calls"] == 0
     return keys
 
@@ -517,6 +557,50 @@ def markdown(report: dict[str, Any]) -> str:
         f"Warm calls never handshake again: **{verdict}** ({h['handshakes_during_warm_calls']} connection opens "
         "during the timed windows)."
     )
+    rows = []
+    for mode in ("embedded", "distributed"):
+        for era, p in (dig(report, mode, "mcp", "latency") or {}).items():
+            base = p["direct"]
+            rows.append(
+                [
+                    mode,
+                    era,
+                    base["p50"],
+                    p["p50"],
+                    p["p99"],
+                    minus(p["p50"], base["p50"]),
+                    minus(p["p99"], base["p99"]),
+                    p["portal_cpu_ms_per_call"],
+                    p["n"],
+                ]
+            )
+    if rows:
+        header = ["mode", "era", "direct p50", "through /mcp/<server>/ p50", "p99", "overhead p50", "overhead p99"]
+        parts += [
+            "### The MCP endpoint: latency of echo, warm (ms)",
+            "",
+            table(header + ["portal CPU per call", "calls"], rows),
+            "",
+        ]
+    rows = []
+    for mode in ("embedded", "distributed"):
+        series = dig(report, mode, "mcp") or {}
+        for label, run in (("direct SDK", series.get("direct_throughput")), (mode, series.get("throughput"))):
+            if run:
+                rows.append(
+                    [
+                        label,
+                        run["clients"],
+                        run["calls_per_s"],
+                        run["p50"],
+                        run["p99"],
+                        run["errors"],
+                        run.get("portal_cpu_ms_per_call"),
+                    ]
+                )
+    if rows:
+        parts += ["### The MCP endpoint: throughput, one SDK client each, 2026-07-28 era", ""]
+        parts += [table(["path", "clients", "calls/s", "p50", "p99", "errors", "portal CPU per call"], rows), ""]
     return "\n".join(parts)
 
 

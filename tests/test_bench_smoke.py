@@ -23,6 +23,12 @@ HEADLINE_KEYS = [
     "rss_per_stdio_connection_mb",
     "rss_per_http_connection_mb",
     "handshakes_during_warm_calls",
+    "mcp_overhead_p50_ms",
+    "mcp_overhead_p99_ms",
+    "mcp_handshake_overhead_p50_ms",
+    "mcp_calls_per_s_50_clients",
+    "mcp_errors_50_clients",
+    "cpu_ms_per_call",
 ]
 
 
@@ -45,3 +51,5 @@ def test_it_runs_the_bench_quickly_and_writes_every_key(tmp_path):
     assert report["handshakes_during_warm_calls"] == 0
     assert report["report"]["embedded"]["latency"]["stdio"]["n"] == 20
     assert "| mode | transport | direct p50 | portal p50 |" in run.stdout
+    assert report["report"]["embedded"]["mcp"]["latency"]["2026-07-28"]["n"] == 20
+    assert report["mcp_errors_50_clients"] == 0
