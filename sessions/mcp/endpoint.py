@@ -325,6 +325,10 @@ def build_server(
             name,
             version=version,
             instructions=instructions,
+            # Without this, the SDK lists every tool (the person's whole list, decided) before each
+            # 2026-era tools/call, to check its Mcp-Param-* headers. The portal routes on the body
+            # alone, and the upstream server checks the headers of the portal's own request to it.
+            get_tool_input_schema=lambda name: None,
             on_list_tools=list_tools,
             on_call_tool=call_tool,
             on_list_resources=list_resources,
