@@ -9,7 +9,9 @@ What it measures (docs/performance.md explains each number):
    in a loop, in the embedded and the distributed mode;
 3. cold start: the first call of a new (server, user) against the next one;
 4. RSS per idle pooled connection (stdio, HTTP) at 10 and 100 connections;
-5. large output: time and peak memory for 1 MB and 10 MB results.
+5. large output: time and peak memory for 1 MB and 10 MB results;
+6. the MCP endpoint: the same SDK client and load loop straight to the demo HTTP server and through
+   the portal's `/mcp/<server>/`, latency in both eras and 50 clients' throughput (2026-07-28 era).
 It counts the pools' connection opens around every timed window: warm calls must not open any.
 """
 
@@ -245,7 +247,7 @@ async def portal_throughput(portal: Portal, sessions: list[str], owners: set[str
 
 async def measure_portal(mode: str, plan: Plan, http_url: str, phases: set[str]) -> dict[str, Any]:
     log(f"{mode}: starting the portal")
-    accounts = plan.accounts if "throughput" in phases else 1 + plan.cold_users
+    accounts = plan.accounts if phases & {"throughput", "mcp"} else 1 + plan.cold_users
     portal = start_portal(mode, accounts, http_url)
     # To profile a phase, attach to these: py-spy record --gil --pid PID (docs/performance.md).
     log(f"{mode}: portal processes {' '.join(map(str, portal.pids))}")
