@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from servers.models import Effect, PermissionRule, Server, ServerUnusable, usable_server
+from servers.models import Effect, PermissionRule, Server, ServerUnusable, check_usable, usable_server
 from servers.permissions import decide_for
 from servers.policy import ASK, DENY, Decision, definition_diff
 from sessions.mcp.elicitation import validate_answer
@@ -81,7 +81,7 @@ PLAYGROUND = Came()
 
 
 def _enqueue_on_commit(call_id: str) -> None:
-    transaction.on_commit(lambda: queue.send("sessions.run_tool_call", (call_id,)))
+    transaction.on_commit(lambda: queue.start_call(call_id))
 
 
 # -- starting a call ---------------------------------------------------------------------
@@ -89,7 +89,7 @@ def _enqueue_on_commit(call_id: str) -> None:
 
 def do_start_tool_call(
     user: Any,
-    server_id: Any,
+    server: Any,
     tool: str,
     arguments: dict[str, Any],
     request_id: str | None = None,
@@ -102,6 +102,10 @@ def do_start_tool_call(
     on the live definition. A call that cannot start (a server the user cannot see, or
     a disabled one) is still recorded, as rejected, so every attempt leaves a trace.
 
+    `server` is the id the person asked for (checked here), or a row the caller has just found among
+    the person's usable servers (`Server.objects.usable_by(user)`, with `team__policy`) in the same
+    trip to the database: the endpoint finds a tool's server by name, and one query is enough.
+
     `came` says how the call came (the playground by default; an agent through the MCP endpoint).
 
     A `request_id` this person already used names the call it started: that call comes back,
@@ -109,7 +113,7 @@ def do_start_tool_call(
     the call makes anyway, so two processes receiving the same intent at once still make one call.
     """
     try:
-        return _start_tool_call(user, server_id, tool, arguments, request_id, came or PLAYGROUND)
+        return _start_tool_call(user, server, tool, arguments, request_id, came or PLAYGROUND)
     except IntegrityError:
         first = ToolCall.objects.filter(user=user, request_id=request_id).first() if request_id else None
         if first is None:
@@ -118,10 +122,13 @@ def do_start_tool_call(
 
 
 def _start_tool_call(
-    user: Any, server_id: Any, tool: str, arguments: dict[str, Any], request_id: str | None, came: Came
+    user: Any, asked: Any, tool: str, arguments: dict[str, Any], request_id: str | None, came: Came
 ) -> ToolCall:
     try:
-        server = usable_server(server_id, user, Server.objects.select_related("team__policy"))
+        if isinstance(asked, Server):
+            server = check_usable(asked)
+        else:
+            server = usable_server(asked, user, Server.objects.select_related("team__policy"))
     except ServerUnusable as exc:
         # A disabled server's call names it; one the user cannot see names nothing of it.
         seen = exc.server
@@ -173,7 +180,7 @@ def _start_tool_call(
             call.save()
     else:
         call.save()
-    transaction.on_commit(lambda: queue.send("sessions.run_tool_call", (str(call.id),), call.worker))
+    transaction.on_commit(lambda: queue.start_call(str(call.id), call.worker))
     return call
 
 

@@ -314,17 +314,17 @@ class PortalGateway:
             messages.check_shape(arguments)
         except messages.MessageError as exc:
             return tool_error(f"The portal refused the call: {exc}")
-        try:
-            server, tool = await database_sync_to_async(_where)(agent, caller.server, name)
-        except Refused as exc:
-            return tool_error(str(exc))
         if caller.state is not None:
+            try:
+                await database_sync_to_async(_where)(agent, caller.server, name)
+            except Refused as exc:
+                return tool_error(str(exc))
             return await self._resume(caller, agent, caller.state, caller.answers or {})
         came = actions.Came(via=Via.MCP, client=caller.client, access_token=agent.token)
         async with listening(agent.user.pk) as inbox:
             try:
-                call = await database_sync_to_async(_start)(agent, server, tool, arguments, came)
-            except limits.RateLimited as exc:
+                call = await database_sync_to_async(_start)(agent, caller.server, name, arguments, came)
+            except (Refused, limits.RateLimited) as exc:
                 return tool_error(str(exc))
             if call.finished:
                 return result_of(call.as_event(), caller.protocol_version)
@@ -629,9 +629,12 @@ class PortalGateway:
 # -- on the database's thread ---------------------------------------------------------------------
 
 
-def _start(agent: Agent, server: Server, tool: str, arguments: dict[str, Any], came: actions.Came) -> ToolCall:
+def _start(agent: Agent, only: str, name: str, arguments: dict[str, Any], came: actions.Came) -> ToolCall:
+    """The call a name on the endpoint stands for, started: one trip to the database (each costs a
+    thread hop and a connection check), the server found once."""
+    server, tool = _where(agent, only, name)
     limits.take_tool_call(agent.user.pk)
-    return actions.do_start_tool_call(agent.user, server.pk, tool, arguments, came=came)
+    return actions.do_start_tool_call(agent.user, server, tool, arguments, came=came)
 
 
 def _own_call(agent: Agent, call_id: str) -> ToolCall | None:

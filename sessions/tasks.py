@@ -87,6 +87,7 @@ def _on_worker_init(sender=None, **_kwargs) -> None:
         sender.app.amqp.queues.select_add(affinity.own_queue())
     worker.start_heartbeat()
     credentials.start_listener(worker.get_pool())
+    worker.open_lane()  # warm calls straight to this worker (sessions/worker/lane.py)
 
 
 @worker_shutting_down.connect

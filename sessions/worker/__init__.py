@@ -9,6 +9,7 @@ loop so events stay in order.
 - tool_call.py: one call, from its claim to its recorded end;
 - conversation.py: the person behind a running call (Cancel, forms, sampling);
 - catalog.py: tools, Test connection, resources, prompts, completions, subscriptions;
+- lane.py: warm calls handed straight to this worker, with no Celery task;
 - liveness.py: the heartbeat, the sweep for the calls of dead workers, and the worker's stop.
 
 Only worker processes import this package (and the embedded portal, which is one): web processes
@@ -26,12 +27,14 @@ from .catalog import (
     execute_test_connection,
     execute_unsubscribe_resource,
 )
+from .lane import close_lane, open_lane
 from .liveness import Sweeper, forget_gone_local_workers, shutdown_pool, start_heartbeat, stop_heartbeat
 from .runtime import get_pool, interrupt_calls, publish
 from .tool_call import execute_tool_call
 
 __all__ = [
     "Sweeper",
+    "close_lane",
     "execute_complete",
     "execute_get_prompt",
     "execute_list_prompts",
@@ -45,6 +48,7 @@ __all__ = [
     "forget_gone_local_workers",
     "get_pool",
     "interrupt_calls",
+    "open_lane",
     "publish",
     "shutdown_pool",
     "start_heartbeat",

@@ -3,6 +3,7 @@ resends the calls of workers that died, and the worker's stop."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -18,6 +19,7 @@ from .. import actions, affinity, queue
 from ..affinity import HEARTBEAT_KEY, WORKER_NAME
 from ..models import Approval, ApprovalState, CallStatus, ConnectionStatus, ToolCall
 from . import runtime
+from .lane import close_lane
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,7 @@ def stop_heartbeat() -> None:
 
 
 def shutdown_pool() -> None:
+    close_lane()  # calls handed over from now on go to Celery's queue, for the next worker
     runtime.interrupt_calls()  # in case the worker's stop did not say so first
     stop_heartbeat()
     try:
@@ -44,6 +47,10 @@ def shutdown_pool() -> None:
         log.debug("could not clear the heartbeat", exc_info=True)
     pool = runtime.take_pool()
     if pool is not None:
+        if pool.started_loop is not None:
+            # Interrupted above, the calls on the loop record their end: before their connections close.
+            with contextlib.suppress(Exception):
+                pool.run(runtime.calls_ended(30), timeout=35)
         pool.shutdown()
     try:
         # Closing each connection cleared its status already, unless its record was lost in the rush:
@@ -154,7 +161,7 @@ class Sweeper:
 
     def _resend(self, call_id: str, now: float) -> None:
         self.resent[call_id] = now
-        queue.send("sessions.run_tool_call", (call_id,))
+        queue.start_call(call_id)
 
 
 def forget_gone_local_workers() -> int:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -42,6 +44,11 @@ interrupting = threading.Event()
 # The work of tasks in flight on the pool loop, and those of it told to end (touched only on the loop).
 _in_flight: set[asyncio.Task[Any]] = set()
 _interrupted: set[asyncio.Task[Any]] = set()
+# The calls running on the pool loop, from either door (a lane, a Celery task): a stopping worker
+# waits for them to record how they ended before it closes the pool (touched only on the loop;
+# sessions/worker/tool_call.py, run_tool_call).
+calls: set[asyncio.Task[Any]] = set()
+_threads: concurrent.futures.ThreadPoolExecutor | None = None
 
 
 def current_pool() -> ConnectionPool | None:
@@ -72,6 +79,28 @@ def get_pool() -> ConnectionPool:
                 WorkerEvents(),
             )
         return _pool
+
+
+async def in_thread(work: Callable[..., T], *args: Any) -> T:
+    """`work(*args)` (database work of a call) on one of the worker's threads for it, awaited on the
+    pool's loop: a slow statement, or a database restarting, never holds up the loop's other calls.
+    Threads of their own, not Channels' one thread for synchronous code: in the embedded mode that
+    thread is the web side's too."""
+    global _threads
+    if _threads is None:
+        with _pool_lock:
+            if _threads is None:
+                _threads = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=settings.PORTAL_WORKER_THREADS, thread_name_prefix="portal-call"
+                )
+    return await asyncio.get_running_loop().run_in_executor(_threads, functools.partial(work, *args))
+
+
+async def calls_ended(timeout: float) -> None:
+    """Until every call on the loop has recorded its end (they were interrupted), at most `timeout` s."""
+    running = [task for task in calls if task is not asyncio.current_task()]
+    if running:
+        await asyncio.wait(running, timeout=timeout)
 
 
 class Interrupted(Exception):

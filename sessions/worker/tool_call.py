@@ -8,7 +8,6 @@ scrubbed and written through a database that may be restarting.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
 import logging
 import time
@@ -40,24 +39,99 @@ MAX_RECORDED_PROGRESS = 200
 
 
 def execute_tool_call(call_id: str) -> None:
-    """Run one recorded call to its end. Whatever happens, the record ends with a status,
-    unless the call now waits for a person: then their answer, or its timeout, ends it."""
+    """Celery's door to a call (a cold one, from the shared queue; one the sweep sends again): the
+    same coroutine as a warm call's lane (sessions/worker/lane.py), on the pool's loop, this task's
+    thread waiting for it (so Celery's warm shutdown waits for it too)."""
     if runtime.interrupting.is_set():
         # Left pending: the sweep of a worker still running (or of this one, started again) sends it again.
         log.info("not starting call %s: this worker is stopping", call_id)
         return
-    # The channel the call will listen on is named now, so claiming records it in the same write.
-    channel = runtime.get_pool().run(get_channel_layer().new_channel(), timeout=10)
-    if not actions.do_claim_tool_call(call_id, WORKER_NAME, channel):
+    runtime.get_pool().run(run_tool_call(call_id))
+
+
+async def run_tool_call(call_id: str) -> None:
+    """Run one recorded call to its end, the whole of it one coroutine on the pool's loop: the
+    database work in three trips to a thread (the claim with the call's row and credentials; the
+    check on the live definition; the end), everything else here, with no other thread between.
+    Whatever happens, the record ends with a status, unless the call now waits for a person: then
+    their answer, or its timeout, ends it."""
+    if runtime.interrupting.is_set():
+        log.info("not starting call %s: this worker is stopping", call_id)
         return
-    call = _load_durably(call_id)
-    progress: list[dict[str, Any]] = []  # kept on the record, for the history page
+    task = asyncio.current_task()
+    runtime.calls.add(task)  # type: ignore[arg-type]
     try:
-        outcome = _run_call(call, progress)
-        if outcome is None:
-            return
+        await _run(call_id)
+    finally:
+        runtime.calls.discard(task)  # type: ignore[arg-type]
+
+
+async def _run(call_id: str) -> None:
+    # The channel the call will listen on is named now, so claiming records it in the same write.
+    channel = await get_channel_layer().new_channel()
+    claimed = await runtime.in_thread(_claim, call_id, channel)
+    if claimed is None:
+        return
+    call, prepared = claimed
+    progress: list[dict[str, Any]] = []  # kept on the record, for the history page
+    outcome: CallOutcome | None = None
+    try:
+        if isinstance(prepared, CallOutcome):
+            outcome = prepared  # refused before anything was asked of the server
+        else:
+            outcome = await _call_prepared(call, prepared, progress)
+            if outcome is None:
+                return
+        broke = None
+    except Exception as exc:  # noqa: BLE001 - the record must end, whatever broke
+        log.exception("tool call %s failed inside the worker", call_id)
+        broke = exc
+    finished = await runtime.in_thread(_end, call_id, call, prepared, outcome, progress, broke)
+    await events.publish(call.user_id, {"type": "call.ended", **finished.as_event()})
+
+
+def _claim(call_id: str, channel: str) -> tuple[ToolCall, credentials.Prepared | CallOutcome] | None:
+    """Pending → running (once: a task delivered twice must not call the tool twice), the call's row
+    with its server, and what its connection needs; or the outcome that refuses it unasked."""
+    close_old_connections()  # what a request does for a view: drop a broken or too old connection
+    if not actions.do_claim_tool_call(call_id, WORKER_NAME, channel):
+        return None
+    call = _load_durably(call_id)
+    if not call.decision:
+        # Only do_start_tool_call records a decision: anything else that queued a call is refused.
+        reason = "The call has no permission decision: it did not come through the portal's check."
+        return call, CallOutcome(CallStatus.REJECTED, failure=Failure("unchecked", reason))
+    try:
+        server = check_usable(call.server)
+    except ServerUnusable as exc:
+        return call, CallOutcome(CallStatus.REJECTED, failure=Failure(exc.kind, exc.message))
+    prepared = credentials.prepare(server, call.user_id)
+    if prepared.failure is not None:
+        return call, credentials.settle(
+            server, call.user_id, prepared, CallOutcome(CallStatus.FAILED, failure=prepared.failure)
+        )
+    return call, prepared
+
+
+def _end(
+    call_id: str,
+    call: ToolCall,
+    prepared: credentials.Prepared | CallOutcome,
+    outcome: CallOutcome | None,
+    progress: list[dict[str, Any]],
+    broke: Exception | None,
+) -> ToolCall:
+    """The outcome scrubbed (secrets the server echoed are redacted, a server asking for
+    authorization is remembered), cut to size, and recorded with its audit row."""
+    ending: dict[str, Any]
+    try:
+        if broke is not None:
+            raise broke
+        assert outcome is not None
+        if isinstance(prepared, credentials.Prepared):
+            outcome = credentials.settle(call.server, call.user_id, prepared, outcome)
         result, full_output = _truncated(outcome)
-        ending: dict[str, Any] = {
+        ending = {
             "status": outcome.status,
             "result": result,
             "full_output": full_output,
@@ -69,14 +143,14 @@ def execute_tool_call(call_id: str) -> None:
             "worker": WORKER_NAME,
         }
     except Exception as exc:  # noqa: BLE001 - the record must end, whatever broke
-        log.exception("tool call %s failed inside the worker", call_id)
+        if exc is not broke:
+            log.exception("tool call %s failed inside the worker", call_id)
         ending = {
             "status": CallStatus.FAILED,
             "error": f"The worker failed: {type(exc).__name__}: {exc}",
             "error_kind": "internal",
         }
-    finished = _finish_durably(call_id, call, ending)
-    runtime.publish(call.user_id, {"type": "call.ended", **finished.as_event()})
+    return _finish_durably(call_id, call, ending)
 
 
 FINISH_ATTEMPTS = 30
@@ -194,32 +268,16 @@ def _details(outcome: CallOutcome) -> dict[str, Any]:
     return details
 
 
-def _run_call(call: ToolCall, progress: list[dict[str, Any]] | None = None) -> CallOutcome | None:
+async def _call_prepared(
+    call: ToolCall, prepared: credentials.Prepared, progress: list[dict[str, Any]]
+) -> CallOutcome | None:
     """List the live tools, check the permission on the live definition, then call.
 
     Returns None when the call was handed to a person for approval instead.
     """
-    if not call.decision:
-        # Only do_start_tool_call records a decision: anything else that queued a call is refused.
-        reason = "The call has no permission decision: it did not come through the portal's check."
-        return CallOutcome(CallStatus.REJECTED, failure=Failure("unchecked", reason))
-    try:
-        server = check_usable(call.server)
-    except ServerUnusable as exc:
-        return CallOutcome(CallStatus.REJECTED, failure=Failure(exc.kind, exc.message))
-    prepared = credentials.prepare(server, call.user_id)
-    if prepared.failure is not None:
-        outcome: CallOutcome | None = CallOutcome(CallStatus.FAILED, failure=prepared.failure)
-    else:
-        outcome = _call_prepared(call, server, prepared, progress)
-    # Secrets the server echoed are redacted, and a server asking for authorization is remembered.
-    return None if outcome is None else credentials.settle(server, call.user_id, prepared, outcome)
-
-
-def _call_prepared(
-    call: ToolCall, server: Server, prepared: credentials.Prepared, progress: list[dict[str, Any]] | None
-) -> CallOutcome | None:
     pool = runtime.get_pool()
+    server = call.server
+    assert server is not None
     config, key = prepared.config, prepared.key
     call_id, user_id = str(call.id), call.user_id
     backstop = config.connect_timeout + config.request_timeout + 30
@@ -229,7 +287,7 @@ def _call_prepared(
     skipped_logs = 0
 
     async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        if progress is not None and len(progress) < MAX_RECORDED_PROGRESS:
+        if len(progress) < MAX_RECORDED_PROGRESS:
             at_ms = round((time.monotonic() - started) * 1000, 1)
             progress.append({"progress": value, "total": total, "message": message, "at_ms": at_ms})
         if not progress_budget.take(final=total is not None and value >= total):
@@ -262,14 +320,15 @@ def _call_prepared(
         return both[1]
 
     try:
-        tools = pool.run(runtime.stoppable(listed()), timeout=backstop)
+        # A task of its own, as every piece a stopping worker may end (runtime.stoppable).
+        tools = await asyncio.wait_for(asyncio.ensure_future(runtime.stoppable(listed())), backstop)
     except runtime.Interrupted:
         return runtime.interrupted_outcome(started)
     except ConnectionFailed as exc:
         return CallOutcome(CallStatus.FAILED, failure=exc.failure)
-    except concurrent.futures.TimeoutError:
+    except TimeoutError:
         return CallOutcome(CallStatus.TIMED_OUT, failure=Failure("timeout", f"the worker gave up after {backstop:g} s"))
-    tools = _record_tools(server, key, tools, prepared.scrub)
+    tools = _recorded(key, tools) or await runtime.in_thread(_record_tools, server, key, tools, prepared.scrub)
     tool = next((t for t in tools if t.get("name") == call.tool), None)
     if tool is None:
         return CallOutcome(
@@ -284,7 +343,7 @@ def _call_prepared(
     if errors:
         failure = Failure("invalid_arguments", "The arguments do not match the tool's schema.")
         return CallOutcome(CallStatus.REJECTED, failure=failure, errors=errors)
-    gate = actions.do_check_tool_call(call, tool)
+    gate = await runtime.in_thread(actions.do_check_tool_call, call, tool)
     call.decision = gate.decision
     if gate.waiting:
         return None
@@ -293,28 +352,23 @@ def _call_prepared(
     # A pending elicitation stops the request clock (a person is answering), so the backstop leaves
     # room for a few forms, each bounded by its own timeout.
     backstop += 3 * server.seconds_to_answer
-    future = pool.submit(
-        runtime.stoppable(
-            conversation.converse(
-                call_id,
-                user_id,
-                on_progress,
-                on_log,
-                prepared.scrub,
-                pool.call_tool,
-                key,
-                config,
-                call,
-                server.seconds_to_answer,
-            )
-        )
+    talk = conversation.converse(
+        call_id,
+        user_id,
+        on_progress,
+        on_log,
+        prepared.scrub,
+        pool.call_tool,
+        key,
+        config,
+        call,
+        server.seconds_to_answer,
     )
     try:
-        return future.result(timeout=backstop)
+        return await asyncio.wait_for(asyncio.ensure_future(runtime.stoppable(talk)), backstop)
     except runtime.Interrupted:
         return runtime.interrupted_outcome(started)
-    except concurrent.futures.TimeoutError:
-        future.cancel()
+    except TimeoutError:
         return CallOutcome(CallStatus.TIMED_OUT, failure=Failure("timeout", f"the worker gave up after {backstop:g} s"))
 
 
@@ -322,6 +376,12 @@ def _call_prepared(
 # connection hands back the very list object it listed (sessions/mcp/pool.py), so an unchanged list
 # is known without scrubbing it, or reading and comparing the stored one, on every call.
 _recorded_tools: dict[ConnectionKey, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
+
+
+def _recorded(key: ConnectionKey, tools: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """The list as shown, if this very list was recorded already (no database work: most calls)."""
+    seen = _recorded_tools.get(key)
+    return seen[1] if seen is not None and seen[0] is tools else None
 
 
 def _record_tools(
@@ -332,9 +392,9 @@ def _record_tools(
     Returns the list as it may be shown: scrubbed of this connection's secrets and, when it is
     stored anew, of every credential of the team's (`_team_tools`).
     """
-    seen = _recorded_tools.get(key)
-    if seen is not None and seen[0] is tools:
-        return seen[1]
+    seen = _recorded(key, tools)
+    if seen is not None:
+        return seen
     shown = team_tools(server, scrub(tools))
     if len(_recorded_tools) > 10_000:
         _recorded_tools.clear()

@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from sessions import affinity
+from sessions import affinity, queue
 from sessions.models import CallStatus, ToolCall
 from sessions.worker import Sweeper
 from tests.faults.conftest import assert_recorded
@@ -76,6 +76,21 @@ def test_calls_routed_to_a_dead_worker_that_never_claimed_them_are_sent_again(al
     assert sweeper.sweep(now=1000.0 + ttl)["resent"] == 1
     assert sweeper.sweep(now=1000.0 + 2 * ttl)["resent"] == 0  # once: it is routed nowhere now
     assert ran_to_success(routed).worker not in ("", "ghost:2")
+
+
+def test_a_call_handed_to_a_dead_workers_lane_is_sent_again(alice, demo_server, worker):
+    """The warm calls' short way (sessions/worker/lane.py) loses nothing either: handed to a worker
+    that died holding the session (its Redis list, or its queue, with nobody to pop it), the call
+    waits, recorded and routed, until the sweep sends it to the shared queue."""
+    routed = pending_echo(alice, demo_server, "handed to the dead", worker="ghost:3")
+    queue.start_call(str(routed.pk), "ghost:3")
+    sweeper = Sweeper("sweeper-lane:1")
+    affinity.beat(sweeper.name)
+    ttl = affinity.heartbeat_ttl()
+    assert sweeper.sweep(now=1000.0)["resent"] == 0
+    assert ToolCall.objects.get(pk=routed.pk).status == CallStatus.PENDING  # nobody took it
+    assert sweeper.sweep(now=1000.0 + ttl)["resent"] == 1
+    assert ran_to_success(routed).worker not in ("", "ghost:3")
 
 
 def test_nothing_is_judged_while_the_sweeper_cannot_see_its_own_heartbeat(orphan):
