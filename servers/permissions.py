@@ -18,6 +18,7 @@ from django.db.models import Q
 
 from sessions.mcp.naming import tool_full_name
 
+from . import decisions
 from .models import Membership, PermissionRule, Server, Team, TeamPolicy
 from .policy import Decision, Defaults, Rule, classify, decide, definition_diff
 from .roles import TeamAction, may, roles_that_may
@@ -50,9 +51,22 @@ def team_defaults(team: Team) -> Defaults:
 
 
 def rules_for(team_id: int, user_id: int | None) -> list[Rule]:
-    """The team's rules and the user's own rules in that team."""
-    rows = PermissionRule.objects.filter(Q(user__isnull=True) | Q(user_id=user_id), team_id=team_id)
-    return [row.as_rule() for row in rows]
+    """The team's rules and the user's own rules in that team (cached: servers/decisions.py)."""
+
+    def read() -> list[Rule]:
+        rows = PermissionRule.objects.filter(Q(user__isnull=True) | Q(user_id=user_id), team_id=team_id)
+        return [row.as_rule() for row in rows]
+
+    return decisions.cached(("rules", team_id, user_id), read)
+
+
+def usable_servers(user: Any) -> list[Server]:
+    """The enabled servers the user may call, with their team's policy (cached: servers/decisions.py).
+    Shared by every call of this process under one generation: read them, never change them."""
+    if not getattr(user, "is_authenticated", False):
+        return []
+    rows = Server.objects.usable_by(user).select_related("team__policy").filter(enabled=True).order_by("pk")
+    return decisions.cached(("usable", user.pk), lambda: list(rows))
 
 
 def decide_for(server: Server, user_id: int, tool: str, definition: dict[str, Any] | None) -> Decision:

@@ -18,7 +18,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from servers.models import Effect, PermissionRule, Server, ServerUnusable, check_usable, usable_server
-from servers.permissions import decide_for
+from servers.permissions import decide_for, usable_servers
 from servers.policy import ASK, DENY, Decision, definition_diff
 from sessions.mcp.elicitation import validate_answer
 from sessions.mcp.naming import tool_full_name
@@ -128,7 +128,10 @@ def _start_tool_call(
         if isinstance(asked, Server):
             server = check_usable(asked)
         else:
-            server = usable_server(asked, user, Server.objects.select_related("team__policy"))
+            # The person's usable servers as this process last read them, if nothing changed since
+            # (servers/decisions.py); a server not among them gets usable_server's refusal, in its words.
+            found = next((s for s in usable_servers(user) if type(asked) is int and s.pk == asked), None)
+            server = found or usable_server(asked, user, Server.objects.select_related("team__policy"))
     except ServerUnusable as exc:
         # A disabled server's call names it; one the user cannot see names nothing of it.
         seen = exc.server

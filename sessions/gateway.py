@@ -29,7 +29,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 
 from servers.models import Server
-from servers.permissions import decide_for
+from servers.permissions import decide_for, usable_servers
 from servers.policy import ASK, DENY
 
 from . import actions, events, limits, messages, queue
@@ -80,8 +80,7 @@ def server_paths(servers: list[Server]) -> list[Named]:
 
 
 def _servers_of(agent: Agent) -> list[Named]:
-    rows = Server.objects.usable_by(agent.user).select_related("team__policy").filter(enabled=True)
-    return [n for n in server_paths(list(rows)) if agent.may_use(n.server.pk)]
+    return [n for n in server_paths(usable_servers(agent.user)) if agent.may_use(n.server.pk)]
 
 
 @dataclass
