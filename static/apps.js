@@ -94,7 +94,10 @@ export function handleAppEvent(event) {
     const { app, id } = calls.get(ref) || reads.get(ref);
     calls.delete(ref);
     reads.delete(ref);
-    if (app === current) {
+    if (app !== current) return true;
+    if (id === null) {
+      $("app-frame-box").replaceChildren(h("p", { class: "call-error", role: "alert", text: `The app could not be loaded: ${event.message}` }));
+    } else {
       activity(`Refused: ${event.message}`, "error");
       reply(id, null, { code: -32000, message: event.message });
     }
