@@ -105,7 +105,7 @@ def mark_former_members(rows: list[Any], team_of: Any) -> list[Any]:
     return rows
 
 
-# "Came from": the playground, or agents through the portal's MCP endpoint (Via); "" is both.
+# "Came from": the playground, agents through the portal's MCP endpoint, or MCP Apps in the playground (Via); "" is all.
 CAME_FROM = (
     ("", "All"),
     (Via.PLAYGROUND, "Playground"),
