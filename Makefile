@@ -21,8 +21,9 @@ bootstrap: migrate
 
 # The portal in its embedded mode (or distributed, when DATABASE_URL and REDIS_URL are set).
 # Unless SITE_URL is set, http://HOST:PORT becomes it, and with it the OAuth redirect URI.
+# MCP Apps run on an origin of their own: the port after PORT unless APPS_PORT names one (0: none).
 run: bootstrap bubblewrap
-	$(PY) manage.py runportal --host $(HOST) --port $(PORT)
+	$(PY) manage.py runportal --host $(HOST) --port $(PORT)$(if $(APPS_PORT), --apps-port $(APPS_PORT))
 
 # A Celery worker for the distributed mode.
 worker: $(VENV)/.installed bubblewrap

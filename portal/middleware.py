@@ -28,6 +28,11 @@ def content_security_policy_with_form_action(origin: str) -> str:
     return CONTENT_SECURITY_POLICY.replace("form-action 'self'", f"form-action 'self' {origin}")
 
 
+def content_security_policy_with_frame_src(origin: str) -> str:
+    """The policy for the playground, which frames the MCP Apps sandbox on its own origin (PORTAL_APPS_ORIGIN)."""
+    return f"{CONTENT_SECURITY_POLICY}; frame-src {origin}"
+
+
 def content_security_policy(get_response: Callable[[HttpRequest], HttpResponse]):
     def middleware(request: HttpRequest) -> HttpResponse:
         response = get_response(request)

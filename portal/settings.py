@@ -66,6 +66,10 @@ SITE_URL = os.environ.get("SITE_URL") or "http://127.0.0.1:8000"
 # The playground's WebSocket accepts the page's own origin (scheme, host and port) and SITE_URL's;
 # these are any others (e.g. "https://portal.example.com:8443"), as CSRF_TRUSTED_ORIGINS are for forms.
 PORTAL_WEBSOCKET_ORIGINS = envlist("PORTAL_WEBSOCKET_ORIGINS", "")
+# Where MCP Apps run (docs/tasks-and-apps.md): an origin of its own (another port or, better, another
+# host: cookies are kept per host, not per port) that serves only the apps' sandbox page. Unset: no
+# app is shown. `runportal` serves one on the port after its own and makes it this when unset.
+PORTAL_APPS_ORIGIN = os.environ.get("PORTAL_APPS_ORIGIN", "").strip().rstrip("/")
 
 INSTALLED_APPS = [
     "daphne",

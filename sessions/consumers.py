@@ -11,7 +11,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from servers.models import Server, ServerUnusable, usable_server
 
-from . import actions, events, limits, live, messages, queue
+from . import actions, app_calls, events, limits, live, messages, queue
 from .messages import MAX_SUBSCRIPTIONS, MessageError
 
 logger = logging.getLogger(__name__)
@@ -252,7 +252,11 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
     def _start_call(self, asked: messages.Call) -> Any:
         # One trip to the database thread for both (each trip costs a thread hop and a connection check).
         limits.take_tool_call(self.user.pk)
-        return actions.do_start_tool_call(self.user, asked.server, asked.tool, asked.arguments, asked.request_id)
+        # An app's call (MCP Apps) is decided like the person's, recorded as the app's (sessions/app_calls.py).
+        came = app_calls.came(asked.server, asked.app, asked.tool) if asked.app is not None else actions.PLAYGROUND
+        return actions.do_start_tool_call(
+            self.user, asked.server, asked.tool, asked.arguments, asked.request_id, came=came
+        )
 
     @database_sync_to_async
     def _to_session(self, task: str, server: Server | int, *args: Any) -> None:

@@ -154,6 +154,8 @@ class Call:
     # The page's name for this intent: sent twice (a double Ctrl+Enter, a resend after a
     # reconnect), it answers with the first call's events instead of starting another.
     request_id: str | None
+    # A call an MCP App in the page makes (its ui:// resource URI), None for the person's own.
+    app: str | None = None
 
 
 def call(content: dict[str, Any]) -> Call:
@@ -163,7 +165,10 @@ def call(content: dict[str, Any]) -> Call:
     if not isinstance(arguments, dict):
         raise MessageError("'arguments' must be a JSON object.")
     request_id = _text(content, "request_id", MAX_REQUEST_ID) if "request_id" in content else None
-    return Call(server, tool, arguments, request_id)
+    app = _text(content, "app", MAX_URI) if "app" in content else None
+    if app is not None and not app.startswith("ui://"):
+        raise MessageError("'app' must be the app's ui:// resource URI.")
+    return Call(server, tool, arguments, request_id, app)
 
 
 def call_id(content: dict[str, Any]) -> str:

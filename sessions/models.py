@@ -45,6 +45,8 @@ FINISHED = frozenset(
 class Via(models.TextChoices):
     PLAYGROUND = "playground", "Playground"
     MCP = "mcp", "MCP endpoint"
+    # A server's app (MCP Apps) in the playground, calling back through the page; `client` is its ui:// URI.
+    APP = "app", "MCP App"
 
 
 class AccessToken(models.Model):

@@ -12,6 +12,8 @@ from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 from django.utils.http import urlencode
 
+from portal.apps_origin import apps_origin
+from portal.middleware import content_security_policy_with_frame_src
 from servers.models import Membership, Server
 from servers.permissions import describe_tools, teams_where
 from servers.roles import TeamAction
@@ -48,9 +50,16 @@ def playground(request: HttpRequest) -> HttpResponse:
     rerun = _own_call(request, request.GET.get("call", ""))
     if rerun is not None and rerun.server_id is not None:
         selected.update(server=str(rerun.server_id), tool=rerun.tool, arguments=rerun.arguments)
-    return render(
-        request, "sessions/playground.html", {"catalog": catalog, "selected": selected, "has_servers": bool(catalog)}
+    # MCP Apps run framed from their own origin (portal/apps_origin.py), the only frame the page allows.
+    apps = apps_origin()
+    response = render(
+        request,
+        "sessions/playground.html",
+        {"catalog": catalog, "selected": selected, "has_servers": bool(catalog), "apps_origin": apps},
     )
+    if apps:
+        response.headers["Content-Security-Policy"] = content_security_policy_with_frame_src(apps)
+    return response
 
 
 def _servers_page(request: HttpRequest, template: str) -> HttpResponse:
@@ -96,8 +105,13 @@ def mark_former_members(rows: list[Any], team_of: Any) -> list[Any]:
     return rows
 
 
-# "Came from": the playground, or agents through the portal's MCP endpoint (Via); "" is both.
-CAME_FROM = (("", "All"), (Via.PLAYGROUND, "Playground"), (Via.MCP, "Agents (MCP endpoint)"))
+# "Came from": the playground, agents through the portal's MCP endpoint, or MCP Apps in the playground (Via); "" is all.
+CAME_FROM = (
+    ("", "All"),
+    (Via.PLAYGROUND, "Playground"),
+    (Via.MCP, "Agents (MCP endpoint)"),
+    (Via.APP, "MCP Apps in the playground"),
+)
 
 
 def _filtered_calls(request: HttpRequest) -> tuple[QuerySet[ToolCall], dict[str, str], str]:

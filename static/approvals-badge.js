@@ -9,8 +9,9 @@ const link = document.getElementById("nav-approvals");
 const badge = document.getElementById("approvals-count");
 const listeners = [];
 
-/** Who asked, in the person's words: the playground, or the agent's client by name and version. */
+/** Who asked, in the person's words: the playground, an MCP App by its ui:// URI, or the agent's client by name and version. */
 export function askedBy(approval) {
+  if (approval.via === "app") return `The MCP App ${approval.client}`;
   return approval.via === "playground" ? "Playground" : approval.client || "An MCP client";
 }
 

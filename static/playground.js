@@ -2,6 +2,8 @@ import { connect, h } from "./ws.js";
 import { buildForm, FieldError, nonFinite, showErrors } from "./schema-form.js";
 import { nextRef, renderResourceContents } from "./content.js";
 import { renderDiff } from "./diff.js";
+import { askedBy } from "./approvals-badge.js";
+import { clearApp, handleAppEvent, isAppCall, showApp, startApps } from "./apps.js";
 
 const catalog = JSON.parse(document.getElementById("catalog").textContent);
 const selected = JSON.parse(document.getElementById("selected").textContent);
@@ -9,7 +11,7 @@ const $ = (id) => document.getElementById(id);
 
 // `call` is the call the result pane shows (started here, or picked up from another tab or before a
 // reload); `inFlight` says it has not ended, and while it has not the page starts no other.
-const state = { server: null, tool: null, form: null, call: null, callClass: "write", ref: 0, pendingRef: null, inFlight: false };
+const state = { server: null, tool: null, form: null, call: null, callClass: "write", ref: 0, pendingRef: null, inFlight: false, arguments: {} };
 const servers = new Map(catalog.map((server) => [server.id, server]));
 
 const TERMINAL_LABELS = {
@@ -193,9 +195,11 @@ $("call-form").addEventListener("submit", (event) => {
   state.call = null;
   state.inFlight = true;
   state.callClass = state.server.described?.[state.tool.name]?.class || "write";
+  state.arguments = args;
   $("call-button").disabled = true;
   setStatus("pending", `Calling ${state.tool.name}…`);
   $("result").replaceChildren();
+  clearApp();
   $("log-lines").replaceChildren();
   $("log-pane").hidden = true;
   closeElicitation();
@@ -250,6 +254,11 @@ function onCallEvent(event) {
     const took = event.duration_ms != null ? ` in ${event.duration_ms.toFixed(1)} ms` : "";
     setStatus(event.status, `${TERMINAL_LABELS[event.status] || event.status}${took}`);
     renderOutcome(event);
+    const server = servers.get(event.server);
+    const tool = (server?.tools || []).find((t) => t.name === event.tool);
+    if (tool && event.result && (event.status === "succeeded" || event.status === "tool_error")) {
+      showApp({ server: server.id, serverName: server.name, tool, arguments: state.arguments, result: event.result });
+    }
   }
 }
 
@@ -309,8 +318,10 @@ function showCall(entry) {
   state.pendingRef = null;
   state.inFlight = true;
   state.callClass = servers.get(entry.server)?.described?.[entry.tool]?.class || "write";
+  state.arguments = entry.arguments || {};
   $("call-button").disabled = true;
   $("result").replaceChildren();
+  clearApp();
   $("log-lines").replaceChildren();
   $("log-pane").hidden = true;
   $("progress-message").textContent = "";
@@ -336,7 +347,8 @@ function showCall(entry) {
 function onCalls(event) {
   const shown = event.calls.find((entry) => entry.call === state.call);
   others.clear();
-  for (const entry of event.calls) if (entry.call !== state.call) others.set(entry.call, entry);
+  // An app's calls in flight are the app's to follow (static/apps.js), not the result pane's.
+  for (const entry of event.calls) if (entry.call !== state.call && !isAppCall(entry.call)) others.set(entry.call, entry);
   if (shown) {
     // This page's own call, after the socket came back: forms opened meanwhile are shown.
     if (!elicitation.id && shown.elicitations.length) showElicitation(shown.elicitations.at(-1));
@@ -662,6 +674,10 @@ function showApproval(id) {
     return;
   }
   shown = approval.approval;
+  // A call an agent or an MCP App made says so: the person is not approving their own click.
+  const byOther = approval.via && approval.via !== "playground";
+  $("approval-caller-label").hidden = $("approval-caller").hidden = !byOther;
+  $("approval-caller").textContent = byOther ? askedBy(approval) : "";
   $("approval-server").textContent = approval.server_name;
   $("approval-tool").textContent = approval.tool;
   $("approval-badges").replaceChildren(...badges(approval.annotations));
@@ -758,6 +774,7 @@ const socket = connect({
     }
   },
   onEvent(event) {
+    if (handleAppEvent(event)) return;
     if (event.type === "resource.read") {
       onResourceRead(event);
     } else if (event.type === "calls") {
@@ -815,6 +832,8 @@ const socket = connect({
     }
   },
 });
+
+startApps({ socket, origin: JSON.parse(document.getElementById("apps-origin").textContent) });
 
 $("server-select").addEventListener("change", (event) => {
   state.tool = null;

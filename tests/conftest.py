@@ -507,9 +507,12 @@ class PortalProcess:
     committed (`django_db(transaction=True)`).
     """
 
-    def __init__(self, db: dict, log: Path, errors: Path | None = None, port: int | None = None):
+    def __init__(
+        self, db: dict, log: Path, errors: Path | None = None, port: int | None = None, args: tuple[str, ...] = ()
+    ):
         self.db = dict(db)
         self.port = port or free_port()
+        self.args = args  # more of runportal's options
         self.url = f"http://127.0.0.1:{self.port}"
         self.log, self.errors = log, errors
         self.process: subprocess.Popen | None = None
@@ -523,7 +526,7 @@ class PortalProcess:
     def start(self) -> PortalProcess:
         self._outputs = [open(path, "w") for path in (self.log, self.errors) if path is not None]  # noqa: SIM115 - closed by stop()
         self.process = subprocess.Popen(
-            [sys.executable, "manage.py", "runportal", "--port", str(self.port)],
+            [sys.executable, "manage.py", "runportal", "--port", str(self.port), *self.args],
             cwd=ROOT,
             env=portal_env(self.db),
             stdout=self._outputs[0],

@@ -62,13 +62,14 @@ class Inbox:
 def test_it_lists_every_page_of_resources_and_the_templates(shared_pool, demo):
     pool = shared_pool
     listing = pool.run(pool.list_resources(key_for(demo), demo), timeout=60)
-    # The demo hands resources out three to a page: five resources means following one cursor.
+    # The demo hands resources out three to a page: six resources means following one cursor.
     assert [r["uri"] for r in listing["resources"]] == [
         "demo://readme",
         "demo://config.json",
         "demo://square.png",
         "demo://bytes.bin",
         "demo://counter",
+        "ui://demo/chart.html",
     ]
     assert listing["resources"][1]["mimeType"] == "application/json"
     assert [t["uriTemplate"] for t in listing["templates"]] == ["demo://greeting/{name}"]

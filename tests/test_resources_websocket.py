@@ -24,10 +24,11 @@ def test_it_lists_resources_and_templates_and_records_the_counts(alice, demo_ser
             return await ws.until("resources", ref="l1")
 
     listing = run(scenario())
-    assert len(listing["resources"]) == 5 and listing["templates"][0]["uriTemplate"] == "demo://greeting/{name}"
+    # Five resources and the chart's app (ui://demo/chart.html).
+    assert len(listing["resources"]) == 6 and listing["templates"][0]["uriTemplate"] == "demo://greeting/{name}"
     assert listing["subscribe"] is True and listing["completions"] is True
     demo_server.refresh_from_db()
-    assert (demo_server.resource_count, demo_server.template_count) == (5, 1)
+    assert (demo_server.resource_count, demo_server.template_count) == (6, 1)
 
 
 def test_it_reads_a_resource_and_a_filled_in_template(bob, demo_server):
@@ -255,13 +256,13 @@ def test_test_connection_counts_resources_and_prompts_for_the_list_and_an_edit_k
             return await ws.until("connection.tested", server=demo_server.pk)
 
     tested = run(scenario())
-    assert (tested["resource_count"], tested["template_count"], tested["prompt_count"]) == (5, 1, 2)
+    assert (tested["resource_count"], tested["template_count"], tested["prompt_count"]) == (6, 1, 2)
     demo_server.refresh_from_db()
-    assert (demo_server.resource_count, demo_server.template_count, demo_server.prompt_count) == (5, 1, 2)
+    assert (demo_server.resource_count, demo_server.template_count, demo_server.prompt_count) == (6, 1, 2)
     client = Client()
     client.force_login(alice)
     row = client.get("/servers/").content.decode().split(f'id="server-{demo_server.pk}"')[-1].split("</tr>")[0]
-    assert "<td>5 <span" in row and "+ 1 template" in row and "<td>2</td>" in row
+    assert "<td>6 <span" in row and "+ 1 template" in row and "<td>2</td>" in row
 
     # Saving the edit form with a new description (every field is sent again) keeps the counts.
     initial = client.get(f"/servers/{demo_server.pk}/edit/").context["form"].initial
@@ -272,4 +273,4 @@ def test_test_connection_counts_resources_and_prompts_for_the_list_and_an_edit_k
     assert response.status_code == 302, response.context["form"].errors if response.context else response
     demo_server.refresh_from_db()
     assert demo_server.description == "The demo, described"
-    assert (demo_server.resource_count, demo_server.prompt_count) == (5, 2) and demo_server.tools
+    assert (demo_server.resource_count, demo_server.prompt_count) == (6, 2) and demo_server.tools

@@ -59,8 +59,8 @@ server = MCPServer(
     version="1.0.0",
     instructions=(
         "A demo server for the MCP Portal playground: echo, add, progress, an image, a form, a sleep, a note, "
-        "big output; resources (text, JSON, an image, bytes, a greeting template, a counter to subscribe to) "
-        "and prompts."
+        "big output, a chart with an app; resources (text, JSON, an image, bytes, a greeting template, a counter "
+        "to subscribe to, the chart's app) and prompts."
     ),
 )
 
@@ -561,6 +561,163 @@ async def toggle_tool(ctx: Context) -> str:
     except Exception:  # noqa: BLE001 - not available in this era
         pass
     return state
+
+
+# -- an MCP App (docs/tasks-and-apps.md): a chart whose button calls the `add` tool back ----------
+
+CHART_APP_URI = "ui://demo/chart.html"
+# The app talks the MCP Apps bridge by hand (JSON-RPC over postMessage), as the extension allows: no SDK,
+# no network (its resource declares no domains, so its sandbox allows none).
+CHART_APP = """<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<title>Numbers</title>
+<style>
+  body { font: 14px/1.4 system-ui, sans-serif; margin: 12px; color: #1f2933; }
+  h1 { font-size: 15px; margin: 0 0 8px; }
+  .bars { display: flex; align-items: flex-end; gap: 6px; height: 110px; border-bottom: 1px solid #9aa5b1; }
+  .bar { background: #2563eb; width: 30px; color: #fff; font-size: 11px; text-align: center; border-radius: 3px 3px 0 0; }
+  .row { display: flex; gap: 8px; align-items: center; margin-top: 10px; flex-wrap: wrap; }
+  input { width: 6em; }
+  #status { min-height: 1.4em; color: #52606d; }
+</style>
+</head>
+<body>
+<h1>Numbers</h1>
+<div class="bars" id="bars" role="img" aria-label="Bar chart of the numbers"></div>
+<p>Total: <strong id="total">-</strong></p>
+<div class="row">
+  <label for="value">A new number</label>
+  <input id="value" type="number" value="2" step="any">
+  <button id="add" type="button">Add it (calls the add tool)</button>
+</div>
+<div class="row">
+  <button id="readme" type="button">Read demo://readme</button>
+  <button id="tell" type="button">Tell the playground</button>
+  <button id="site" type="button">Open modelcontextprotocol.io</button>
+</div>
+<p id="status" role="status"></p>
+<script>
+  let nextId = 1;
+  const waiting = new Map();
+  const state = { values: [], total: 0 };
+  const $ = (id) => document.getElementById(id);
+
+  function request(method, params) {
+    const id = nextId++;
+    parent.postMessage({ jsonrpc: "2.0", id, method, params }, "*");
+    return new Promise((resolve, reject) => waiting.set(id, { resolve, reject }));
+  }
+  function notify(method, params) {
+    parent.postMessage({ jsonrpc: "2.0", method, params }, "*");
+  }
+  function say(text) {
+    $("status").textContent = text;
+    resized();
+  }
+  function resized() {
+    notify("ui/notifications/size-changed", { height: document.documentElement.scrollHeight });
+  }
+  function draw() {
+    const top = Math.max(1, ...state.values.map(Math.abs));
+    $("bars").replaceChildren(...state.values.map((value) => {
+      const bar = document.createElement("div");
+      bar.className = "bar";
+      bar.style.height = `${Math.max(4, (Math.abs(value) / top) * 100)}px`;
+      bar.textContent = String(value);
+      return bar;
+    }));
+    $("total").textContent = String(state.total);
+    resized();
+  }
+
+  window.addEventListener("message", (event) => {
+    if (event.source !== parent) return;
+    const message = event.data;
+    if (!message || message.jsonrpc !== "2.0") return;
+    if (message.id !== undefined && message.method === undefined) {
+      const pending = waiting.get(message.id);
+      if (!pending) return;
+      waiting.delete(message.id);
+      if (message.error) pending.reject(new Error(message.error.message));
+      else pending.resolve(message.result);
+    } else if (message.method === "ui/notifications/tool-input") {
+      say(`Called with ${JSON.stringify(message.params.arguments || {})}`);
+    } else if (message.method === "ui/notifications/tool-result") {
+      const data = message.params.structuredContent || {};
+      state.values = Array.isArray(data.values) ? data.values : [];
+      state.total = typeof data.total === "number" ? data.total : 0;
+      draw();
+    }
+  });
+
+  $("add").addEventListener("click", async () => {
+    const value = Number($("value").value);
+    say(`Asking the portal to call add(${state.total}, ${value})...`);
+    try {
+      const result = await request("tools/call", { name: "add", arguments: { a: state.total, b: value } });
+      if (result.isError) {
+        say(`The add tool failed: ${result.content?.[0]?.text || "no reason given"}`);
+        return;
+      }
+      state.values.push(value);
+      state.total = result.structuredContent.sum;
+      draw();
+      say(`add returned ${state.total}`);
+    } catch (error) {
+      say(`The portal refused the call: ${error.message}`);
+    }
+  });
+  $("readme").addEventListener("click", async () => {
+    try {
+      const read = await request("resources/read", { uri: "demo://readme" });
+      say(`The readme says: ${read.contents[0].text.split("\\n")[0]}`);
+    } catch (error) {
+      say(`Could not read it: ${error.message}`);
+    }
+  });
+  $("tell").addEventListener("click", async () => {
+    const text = `The chart's total is ${state.total}.`;
+    await request("ui/message", { role: "user", content: [{ type: "text", text }] });
+    say("Told the playground.");
+  });
+  $("site").addEventListener("click", async () => {
+    const opened = await request("ui/open-link", { url: "https://modelcontextprotocol.io/" });
+    say(opened.isError ? "The link was not opened." : "The link was opened.");
+  });
+
+  request("ui/initialize", {
+    appInfo: { name: "portal-demo-chart", version: "1.0.0" },
+    appCapabilities: {},
+    protocolVersion: "2026-01-26",
+  }).then(() => notify("ui/notifications/initialized", {}));
+</script>
+</body>
+</html>
+"""
+
+
+@server.resource(
+    CHART_APP_URI,
+    name="chart-app",
+    title="Numbers chart (an MCP App)",
+    description="The chart tool's app: HTML the playground renders in a sandbox.",
+    mime_type="text/html;profile=mcp-app",
+    meta={"ui": {"prefersBorder": True}},
+)
+def chart_app() -> str:
+    return CHART_APP
+
+
+@server.tool(
+    title="Chart some numbers",
+    description="Sum the numbers; the playground shows them as a chart (an MCP App) whose button calls add.",
+    annotations=ToolAnnotations(readOnlyHint=True),
+    meta={"ui": {"resourceUri": CHART_APP_URI}},
+)
+def chart(values: list[float] = [3, 1, 4, 1, 5]) -> dict[str, Any]:  # noqa: B006 - never changed
+    return {"values": values, "total": sum(values)}
 
 
 def _require_header(app, header: str):

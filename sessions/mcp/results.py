@@ -11,9 +11,22 @@ def dump(model: Any) -> dict[str, Any]:
     return model.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+# What of a `_meta` the portal keeps: the MCP Apps extension's (docs/tasks-and-apps.md), which names a
+# tool's app (`ui.resourceUri`, or the older flat `ui/resourceUri`) and an app's CSP domains. The rest
+# of a server's `_meta` is its own business and stays out of records and pages.
+APP_META_KEYS = ("ui", "ui/resourceUri")
+
+
+def _app_meta(data: dict[str, Any]) -> None:
+    meta = data.pop("_meta", None)
+    kept = {k: meta[k] for k in APP_META_KEYS if k in meta} if isinstance(meta, dict) else {}
+    if kept:
+        data["_meta"] = kept
+
+
 def tool_to_dict(tool: types.Tool) -> dict[str, Any]:
     data = dump(tool)
-    data.pop("_meta", None)
+    _app_meta(data)
     return data
 
 
@@ -44,7 +57,7 @@ def resource_contents_to_dict(result: types.ReadResourceResult) -> dict[str, Any
     contents = []
     for item in result.contents:
         data = dump(item)
-        data.pop("_meta", None)
+        _app_meta(data)
         for field in ("text", "blob"):
             value = data.get(field)
             if isinstance(value, str) and len(value) > MAX_CONTENT_CHARS:
