@@ -272,7 +272,9 @@ def test_a_rule_committed_before_a_call_starts_applies_to_it_under_load(portal, 
     under_rule = [call for call in calls if committed < call.sent < removing]
     after_rule = [call for call in calls if call.sent > removed]
     violations = [call for call in under_rule if not call.refused]
-    assert under_rule and violations == [], violations
+    assert under_rule and violations == [], (
+        f"{len(violations)} of {len(under_rule)} calls ran under the rule: {violations[:3]}"
+    )
     assert all(PATTERN in call.error for call in under_rule), {call.error for call in under_rule}
     refused_after = [call for call in after_rule if not call.ran]
     assert refused_after == [], refused_after
