@@ -11,7 +11,9 @@ What it measures (docs/performance.md explains each number):
 4. RSS per idle pooled connection (stdio, HTTP) at 10 and 100 connections;
 5. large output: time and peak memory for 1 MB and 10 MB results;
 6. the MCP endpoint: the same SDK client and load loop straight to the demo HTTP server and through
-   the portal's `/mcp/<server>/`, latency in both eras and 50 clients' throughput (2026-07-28 era).
+   the portal's `/mcp/<server>/`, latency in both eras and 50 clients' throughput (2026-07-28 era);
+7. 1,000 MCP clients, one person's token each, held open through `/mcp/<server>/` for a minute,
+   each calling echo with a think time between calls (bench/clients.py), in both modes.
 It counts the pools' connection opens around every timed window: warm calls must not open any.
 """
 
@@ -32,7 +34,7 @@ from typing import Any
 
 import websockets
 
-from bench import direct, endpoint
+from bench import clients, direct, endpoint
 from bench.client import Playground, login
 from bench.stack import (
     BENCH_PG,
@@ -50,7 +52,7 @@ from bench.stack import (
 from bench.stats import fmt, summary_ms, table
 
 MB = 1024 * 1024
-PHASES = ("latency", "cold", "large", "throughput", "memory", "mcp")
+PHASES = ("latency", "cold", "large", "throughput", "memory", "mcp", "clients")
 CALL_TIMEOUT = 60.0
 
 
@@ -64,15 +66,19 @@ class Plan:
     large_sizes: tuple[int, ...]
     large_repeats: int
     memory_counts: str
+    # The clients series: how many clients, held for how long, with what mean think time (s).
+    clients: int
+    clients_seconds: float
+    think: float
 
     @property
     def accounts(self) -> int:
         return 1 + self.cold_users + max(self.levels)
 
 
-FULL = Plan(2000, 100, (10, 50, 200), 10.0, 5, (1 * MB, 10 * MB), 3, "10,100")
+FULL = Plan(2000, 100, (10, 50, 200), 10.0, 5, (1 * MB, 10 * MB), 3, "10,100", 1000, 60.0, 5.0)
 # --quick: a handful of calls, for the smoke test; the 50-user level stays, so every key has a value.
-QUICK = Plan(20, 3, (50,), 2.0, 1, (1 * MB,), 1, "2,4")
+QUICK = Plan(20, 3, (50,), 2.0, 1, (1 * MB,), 1, "2,4", 20, 3.0, 0.5)
 
 
 def log(message: str) -> None:
@@ -248,7 +254,8 @@ async def portal_throughput(portal: Portal, sessions: list[str], owners: set[str
 async def measure_portal(mode: str, plan: Plan, http_url: str, phases: set[str]) -> dict[str, Any]:
     log(f"{mode}: starting the portal")
     accounts = plan.accounts if phases & {"throughput", "mcp"} else 1 + plan.cold_users
-    portal = start_portal(mode, accounts, http_url)
+    # The clients series has a person per client; only the other phases' accounts log in.
+    portal = start_portal(mode, max(accounts, plan.clients if "clients" in phases else 0), http_url)
     # To profile a phase, attach to these: py-spy record --gil --pid PID (docs/performance.md).
     log(f"{mode}: portal processes {' '.join(map(str, portal.pids))}")
     try:
@@ -276,11 +283,14 @@ async def measure_portal(mode: str, plan: Plan, http_url: str, phases: set[str])
                 log(f"{mode}: errors with {level} users: {result['throughput'][str(level)]['error_examples']}")
         if "mcp" in phases:
             result["mcp"] = await measure_endpoint(portal, plan, http_url, first)
+        if "clients" in phases:
+            result["clients"] = await measure_clients(portal, plan)
         result["handshakes_during_warm_calls"] = (
             sum(v["handshakes"] for v in result["latency"].values())
             + sum(v["handshakes"] for v in result["throughput"].values())
             + sum(v["handshakes"] for v in (dig(result, "mcp", "latency") or {}).values())
             + (dig(result, "mcp", "throughput", "handshakes") or 0)
+            + (dig(result, "clients", "handshakes") or 0)
         )
         return result
     except BaseException:
@@ -306,6 +316,21 @@ async def measure_endpoint(portal: Portal, plan: Plan, http_url: str, first: int
         log(f"{portal.mode}: MCP endpoint errors: {through['error_examples']}")
     direct_run = await endpoint.throughput(http_url, [None] * len(tokens), plan.seconds, "2026-07-28")
     return {"latency": latency, "throughput": through, "direct_throughput": direct_run}
+
+
+async def measure_clients(portal: Portal, plan: Plan) -> dict[str, Any]:
+    """`plan.clients` MCP clients, a person each, held through `/mcp/<server>/` (bench/clients.py)."""
+    tokens = portal.fixtures["tokens"][: plan.clients]
+    log(
+        f"{portal.mode}: {len(tokens)} MCP clients held for {plan.clients_seconds:g} s, "
+        f"think time {plan.think:g} s on average"
+    )
+    url = endpoint.endpoint_url(portal, fixtures_http_server())
+    run = await clients.run(portal, url, tokens, plan.clients_seconds, plan.think, log)
+    if run["errors"]:
+        log(f"{portal.mode}: errors of the {len(tokens)} clients: {run['error_examples']}")
+        log(f"{portal.mode}: the portal's last warnings: {run.get('portal_log_examples')}")
+    return run
 
 
 def fixtures_http_server() -> str:
@@ -461,6 +486,16 @@ def headline(report: dict[str, Any]) -> dict[str, Any]:
         keys[f"{prefix}mcp_errors_50_clients"] = dig(series, "throughput", "errors")
         keys[f"{prefix}mcp_direct_calls_per_s_50_clients"] = dig(series, "direct_throughput", "calls_per_s")
         keys[f"{prefix}cpu_ms_per_call"] = dig(series, "throughput", "portal_cpu_ms_per_call")
+    for mode, prefix in (("embedded", ""), ("distributed", "distributed_")):
+        held = dig(report, mode, "clients")
+        if not held:
+            continue
+        # Named for the full run's 1,000 clients; "clients" in the report says how many there were.
+        keys[f"{prefix}clients_1000_errors"] = held["errors"]
+        keys[f"{prefix}clients_1000_p50_ms"] = held["p50"]
+        keys[f"{prefix}clients_1000_p99_ms"] = held["p99"]
+        keys[f"{prefix}clients_1000_calls_per_s"] = held["calls_per_s"]
+        keys[f"{prefix}clients_1000_cpu_ms_per_call"] = held["portal_cpu_ms_per_call"]
     keys["warm_calls_handshake_free"] = keys["handshakes_during_warm_calls"] == 0
     return keys
 
@@ -603,6 +638,33 @@ def markdown(report: dict[str, Any]) -> str:
     if rows:
         parts += ["### The MCP endpoint: throughput, one SDK client each, 2026-07-28 era", ""]
         parts += [table(["path", "clients", "calls/s", "p50", "p99", "errors", "portal CPU per call"], rows), ""]
+    rows = []
+    for mode in ("embedded", "distributed"):
+        held = dig(report, mode, "clients")
+        if held:
+            rows.append(
+                [
+                    mode,
+                    held["clients"],
+                    held["connected"],
+                    fmt(held["seconds"], 0),
+                    held["think_s"],
+                    held["calls"],
+                    held["calls_per_s"],
+                    held["p50"],
+                    held["p99"],
+                    held["max"],
+                    held["errors"],
+                    held["handshakes"],
+                    held["portal_cpu_ms_per_call"],
+                    held["client_cpu_share"],
+                ]
+            )
+    if rows:
+        parts += ["### The MCP endpoint: clients held open, one person's token each, echo with a think time", ""]
+        header = ["mode", "clients", "connected", "window s", "think s", "calls", "calls/s", "p50 ms", "p99 ms"]
+        header += ["max ms", "errors", "handshakes", "portal CPU ms/call", "clients' CPU (cores)"]
+        parts += [table(header, rows), ""]
     return "\n".join(parts)
 
 
@@ -630,6 +692,12 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         plan.levels = tuple(int(level) for level in args.levels.split(","))
     if args.seconds:
         plan.seconds = args.seconds
+    if args.clients:
+        plan.clients = args.clients
+    if args.clients_seconds:
+        plan.clients_seconds = args.clients_seconds
+    if args.think is not None:
+        plan.think = args.think
     modes = [m for m in args.modes.split(",") if m]
     phases = set(args.phases.split(","))
     if "distributed" in modes and (why := distributed_stores_missing()):
@@ -663,6 +731,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, help="calls per latency series (default 2000; --quick 20)")
     parser.add_argument("--levels", help="throughput levels, e.g. 10,50,200")
     parser.add_argument("--seconds", type=float, help="length of each throughput window")
+    parser.add_argument("--clients", type=int, help="clients held open in the clients phase (default 1000; --quick 20)")
+    parser.add_argument("--clients-seconds", type=float, help="how long they are held (default 60; --quick 3)")
+    parser.add_argument("--think", type=float, help="mean seconds between one client's calls (default 5; --quick 0.5)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "latest.json"))
     args = parser.parse_args(argv)
     if "embedded" not in args.modes.split(","):

@@ -72,6 +72,9 @@ def base_env() -> dict[str, str]:
         PORTAL_ALLOW_PRIVATE_NETWORK="1",
         # The bench's users call as fast as the portal answers; the per-user limit would measure itself.
         PORTAL_TOOL_CALLS_PER_MINUTE="0",
+        # Nor may the endpoint's per-token limit be what a series measures; raised, not turned off,
+        # so that every request still pays for counting, as in production.
+        PORTAL_ENDPOINT_REQUESTS_PER_MINUTE="1000000",
     )
     return env
 

@@ -29,6 +29,10 @@ HEADLINE_KEYS = [
     "mcp_calls_per_s_50_clients",
     "mcp_errors_50_clients",
     "cpu_ms_per_call",
+    # The clients series, named for the full run's 1,000 clients (--quick holds 20).
+    "clients_1000_errors",
+    "clients_1000_p99_ms",
+    "clients_1000_calls_per_s",
 ]
 
 
@@ -53,3 +57,7 @@ def test_it_runs_the_bench_quickly_and_writes_every_key(tmp_path):
     assert "| mode | transport | direct p50 | portal p50 |" in run.stdout
     assert report["report"]["embedded"]["mcp"]["latency"]["2026-07-28"]["n"] == 20
     assert report["mcp_errors_50_clients"] == 0
+    held = report["report"]["embedded"]["clients"]
+    assert (held["clients"], held["connected"], held["handshakes"]) == (20, 20, 0)
+    assert report["clients_1000_errors"] == 0, held["error_examples"]
+    assert "| mode | clients | connected | window s | think s |" in run.stdout
