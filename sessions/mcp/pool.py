@@ -729,7 +729,12 @@ class ConnectionPool:
 
     def keys(self) -> list[ConnectionKey]:
         """The keys of the connections that are open now (read from any thread)."""
-        return [key for key, conn in list(self._connections.items()) if conn.client is not None]
+        for _ in range(10):
+            try:
+                return [key for key, conn in list(self._connections.items()) if conn.client is not None]
+            except RuntimeError:  # the loop moved or added one while this thread copied them: again
+                continue
+        return []
 
     async def connection(self, key: ConnectionKey, config: ServerConfig) -> Connection:
         """The live connection for `key`, opened (once, however many callers ask) if needed."""
