@@ -50,8 +50,10 @@ log = logging.getLogger(__name__)
 
 ASKS_NOTE = "[Asks for approval in the MCP Portal before each run] "
 # How often a held or running call is read back from the database when no event came (events are
-# best effort). How often a held call's client hears progress: settings.PORTAL_ENDPOINT_KEEPALIVE_SECONDS.
+# best effort), at first; then twice as long each time, up to RECHECK_MAX_SECONDS. How often a held
+# call's client hears progress: settings.PORTAL_ENDPOINT_KEEPALIVE_SECONDS.
 RECHECK_SECONDS = 5.0
+RECHECK_MAX_SECONDS = 30.0
 # A server never listed yet is listed live for the endpoint, this long at most.
 LIST_WAIT_SECONDS = 30.0
 
@@ -378,6 +380,7 @@ class PortalGateway:
         keepalive = settings.PORTAL_ENDPOINT_KEEPALIVE_SECONDS
         ticks = 0
         last_keepalive = time.monotonic()
+        recheck = RECHECK_SECONDS
         while True:
             now = time.monotonic()
             if held and caller.wants_progress and now - last_keepalive >= keepalive and caller.progress:
@@ -385,8 +388,11 @@ class PortalGateway:
                 ticks += 1
                 await caller.progress(ticks, None, "Waiting for your approval in the MCP Portal.")
                 last_keepalive = now
-            event = await inbox.next(min(RECHECK_SECONDS, keepalive) if held else RECHECK_SECONDS)
+            event = await inbox.next(min(recheck, keepalive) if held else recheck)
             if event is None:
+                # Doubled each time nothing came: a thousand calls waiting for a busy worker would
+                # otherwise read their records 200 times a second, slowing the calls they wait for.
+                recheck = min(recheck * 2, RECHECK_MAX_SECONDS)
                 record = await database_sync_to_async(_record)(call_id)
                 if record is None:
                     return tool_error("The call's record is gone.")
