@@ -246,19 +246,28 @@ DEMO_COMMAND = sys.executable
 DEMO_ARGS = ["-m", "sessions.mcp.demo_server"]
 
 
-@pytest.fixture(scope="session")
-def demo_http_url() -> Iterator[str]:
-    """The demo server over Streamable HTTP, as a real process on a free port."""
+@contextmanager
+def serving(module: str, *args: str) -> Iterator[int]:
+    """`python -m module *args --port PORT` as a real process on a free port, until the block ends."""
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "sessions.mcp.demo_server", "http", "--port", str(port)],
+        [sys.executable, "-m", module, *args, "--port", str(port)],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    wait_for_port(port, process=process)
-    yield f"http://127.0.0.1:{port}/mcp"
-    stop(process)
+    try:
+        wait_for_port(port, process=process)
+        yield port
+    finally:
+        stop(process)
+
+
+@pytest.fixture(scope="session")
+def demo_http_url() -> Iterator[str]:
+    """The demo server over Streamable HTTP, as a real process on a free port."""
+    with serving("sessions.mcp.demo_server", "http") as port:
+        yield f"http://127.0.0.1:{port}/mcp"
 
 
 @contextmanager
@@ -654,16 +663,8 @@ def mcp1_python() -> str:
 
 @pytest.fixture(scope="session")
 def oauth_base() -> Iterator[str]:
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.oauth_server", "--port", str(port)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    wait_for_port(port, process=process)
-    yield f"http://127.0.0.1:{port}"
-    stop(process)
+    with serving("tests.oauth_server") as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 @pytest.fixture

@@ -17,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,7 +27,7 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from tests.conftest import ROOT, PortalProcess, database_url_of, free_port, stop, wait_for_port
+from tests.conftest import PortalProcess, database_url_of, serving
 from tests.ws import Playground, session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -63,16 +61,8 @@ def probe_url(django_db_setup, django_db_blocker) -> Iterator[str]:
     with django_db_blocker.unblock():
         db = dict(connection.settings_dict)
     where = ["--sqlite", str(db["NAME"])] if settings.EMBEDDED else ["--postgres", database_url_of(db)]
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.servers.record_probe_server", "--port", str(port), *where],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    wait_for_port(port, process=process)
-    yield f"http://127.0.0.1:{port}/mcp"
-    stop(process)
+    with serving("tests.servers.record_probe_server", *where) as port:
+        yield f"http://127.0.0.1:{port}/mcp"
 
 
 @pytest.fixture

@@ -43,7 +43,7 @@ def execute_tool_call(call_id: str) -> None:
     same coroutine as a warm call's lane (sessions/worker/lane.py), on the pool's loop, this task's
     thread waiting for it (so Celery's warm shutdown waits for it too)."""
     if runtime.interrupting.is_set():
-        # Left pending: the sweep of a worker still running (or of this one, started again) sends it again.
+        # Checked here too: a stopping worker may have given its pool up, and must not make another.
         log.info("not starting call %s: this worker is stopping", call_id)
         return
     runtime.get_pool().run(run_tool_call(call_id))
@@ -56,6 +56,7 @@ async def run_tool_call(call_id: str) -> None:
     Whatever happens, the record ends with a status, unless the call now waits for a person: then
     their answer, or its timeout, ends it."""
     if runtime.interrupting.is_set():
+        # Left pending: the sweep of a worker still running (or of this one, started again) sends it again.
         log.info("not starting call %s: this worker is stopping", call_id)
         return
     task = asyncio.current_task()
