@@ -309,6 +309,8 @@ PORTAL_ENDPOINT_WATCH_SECONDS = envfloat("PORTAL_ENDPOINT_WATCH_SECONDS", 10.0)
 # A call still pending this long after it was queued is queued again (its task was lost, e.g. with
 # a broker restart); claiming is a compare-and-set, so a copy that was not lost does nothing.
 PORTAL_PENDING_RESEND_SECONDS = envfloat("PORTAL_PENDING_RESEND_SECONDS", 120.0)
+# The longest a worker follows a call's MCP task (docs/tasks-and-apps.md); the server's TTL ends most first.
+PORTAL_TASK_MAX_SECONDS = envfloat("PORTAL_TASK_MAX_SECONDS", 24 * 3600.0)
 # A call's conversation (docs/websocket-protocol.md): how long a form waits for its person, and output limits.
 PORTAL_ELICITATION_TIMEOUT = envfloat("PORTAL_ELICITATION_TIMEOUT", 300.0)
 MCP_MAX_OUTPUT_TOKENS = envint("MCP_MAX_OUTPUT_TOKENS", 25_000)

@@ -94,6 +94,7 @@ def do_start_tool_call(
     arguments: dict[str, Any],
     request_id: str | None = None,
     came: Came | None = None,
+    as_task: bool = False,
 ) -> ToolCall:
     """Record the call, decide on it from the server's last tool list, and act on the decision.
 
@@ -107,13 +108,14 @@ def do_start_tool_call(
     trip to the database: the endpoint finds a tool's server by name, and one query is enough.
 
     `came` says how the call came (the playground by default; an agent through the MCP endpoint).
+    `as_task` asks for an MCP task where the tool allows one (the worker asks the server).
 
     A `request_id` this person already used names the call it started: that call comes back,
     and nothing new is recorded or run. The database's unique constraint decides, on the insert
     the call makes anyway, so two processes receiving the same intent at once still make one call.
     """
     try:
-        return _start_tool_call(user, server, tool, arguments, request_id, came or PLAYGROUND)
+        return _start_tool_call(user, server, tool, arguments, request_id, came or PLAYGROUND, as_task)
     except IntegrityError:
         first = ToolCall.objects.filter(user=user, request_id=request_id).first() if request_id else None
         if first is None:
@@ -122,7 +124,7 @@ def do_start_tool_call(
 
 
 def _start_tool_call(
-    user: Any, asked: Any, tool: str, arguments: dict[str, Any], request_id: str | None, came: Came
+    user: Any, asked: Any, tool: str, arguments: dict[str, Any], request_id: str | None, came: Came, as_task: bool
 ) -> ToolCall:
     try:
         if isinstance(asked, Server):
@@ -153,6 +155,7 @@ def _start_tool_call(
         tool=tool,
         arguments=arguments,
         request_id=request_id,
+        as_task=as_task,
         **came.fields(),
     )
     definition = server.tool(tool)
@@ -555,6 +558,26 @@ def do_claim_tool_call(call_id: str, worker: str, channel: str = "") -> bool:
         status=CallStatus.RUNNING, started_at=timezone.now(), worker=worker, channel=channel
     )
     return claimed == 1
+
+
+def do_record_task(call_id: str, task: dict[str, Any]) -> None:
+    """The call's MCP task as the worker now sees it: on the record, for a reload, the Tasks page,
+    and the worker that resumes it if this one stops (`do_hand_back_task_call`)."""
+    ToolCall.objects.filter(pk=call_id).update(task=task)
+
+
+def do_hand_back_task_call(call_id: Any, worker: str) -> bool:
+    """A running call whose task the server still runs, left by `worker` (stopping, or dead): back to
+    pending and unrouted, so the next worker to claim it follows the same task instead of calling
+    the tool again (sessions/worker/tool_call.py). Compare-and-set on (running, that worker)."""
+    handed = ToolCall.objects.filter(pk=call_id, status=CallStatus.RUNNING, worker=worker).update(
+        status=CallStatus.PENDING, worker="", channel=""
+    )
+    if handed:
+        # To Celery's shared queue (a lane would be this worker's); if that copy is lost with a
+        # stopping process, the sweep sends the pending call again.
+        transaction.on_commit(lambda: queue.start_call(str(call_id)))
+    return handed == 1
 
 
 @transaction.atomic

@@ -255,7 +255,7 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         # An app's call (MCP Apps) is decided like the person's, recorded as the app's (sessions/app_calls.py).
         came = app_calls.came(asked.server, asked.app, asked.tool) if asked.app is not None else actions.PLAYGROUND
         return actions.do_start_tool_call(
-            self.user, asked.server, asked.tool, asked.arguments, asked.request_id, came=came
+            self.user, asked.server, asked.tool, asked.arguments, asked.request_id, came=came, as_task=asked.as_task
         )
 
     @database_sync_to_async

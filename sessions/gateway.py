@@ -35,7 +35,7 @@ from servers.policy import ASK, DENY
 from . import actions, events, limits, messages, queue
 from .access_tokens import Agent
 from .mcp.endpoint import MODERN_ERAS, NOT_FOUND, URL_ELICITATION_REQUIRED, Caller, Refused
-from .mcp.naming import SEPARATOR, endpoint_names, needs_tasks, normalize_name
+from .mcp.naming import SEPARATOR, endpoint_names, normalize_name
 from .models import (
     CallStatus,
     Elicitation,
@@ -104,8 +104,9 @@ def _shown(definition: dict[str, Any], name: str, effect: str) -> dict[str, Any]
 
 
 def _tools_for(agent: Agent, only: str) -> list[Listed]:
-    """What the person may call: denied tools are left out, tools that ask are listed (saying so),
-    tools that need tasks are left out (the portal cannot run them yet)."""
+    """What the person may call: denied tools are left out, tools that ask are listed (saying so).
+    A tool that runs only as an MCP task is listed as a plain tool: the worker runs its task, and
+    the agent's call waits for the result like any long call (docs/tasks-and-apps.md)."""
     listed = []
     for named in _servers_of(agent):
         if only and named.path != only:
@@ -114,8 +115,6 @@ def _tools_for(agent: Agent, only: str) -> list[Listed]:
         tools = [t for t in server.tools if isinstance(t, dict) and t.get("name")]
         names = endpoint_names(named.path, [str(t["name"]) for t in tools])
         for tool in tools:
-            if needs_tasks(tool):
-                continue
             decision = decide_for(server, agent.user.pk, tool["name"], tool)
             if decision.effect == DENY:
                 continue

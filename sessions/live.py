@@ -60,7 +60,7 @@ def in_flight(user: Any) -> list[dict[str, Any]]:
     """The person's calls not yet ended, oldest first, each with what a page needs to show it."""
     calls = list(
         ToolCall.objects.filter(user=user, status__in=IN_FLIGHT)
-        .only("id", "server_id", "server_name", "tool", "status", "arguments", "request_id")
+        .only("id", "server_id", "server_name", "tool", "status", "arguments", "request_id", "task")
         .order_by("created_at")[:MAX_IN_FLIGHT]
     )
     if not calls:
@@ -86,6 +86,7 @@ def in_flight(user: Any) -> list[dict[str, Any]]:
             "status": call.status,
             "arguments": call.arguments,
             "request_id": call.request_id,
+            "task": call.task or None,
             "progress": progress.get(_progress_key(str(call.id))),
             "elicitations": forms.get(str(call.id), []),
             "sampling": asked.get(str(call.id), []),

@@ -156,6 +156,8 @@ class Call:
     request_id: str | None
     # A call an MCP App in the page makes (its ui:// resource URI), None for the person's own.
     app: str | None = None
+    # "Run as task": the person asks for an MCP task where the tool's taskSupport is "optional".
+    as_task: bool = False
 
 
 def call(content: dict[str, Any]) -> Call:
@@ -168,7 +170,10 @@ def call(content: dict[str, Any]) -> Call:
     app = _text(content, "app", MAX_URI) if "app" in content else None
     if app is not None and not app.startswith("ui://"):
         raise MessageError("'app' must be the app's ui:// resource URI.")
-    return Call(server, tool, arguments, request_id, app)
+    as_task = content.get("as_task", False)
+    if not isinstance(as_task, bool):
+        raise MessageError("'as_task' must be true or false.")
+    return Call(server, tool, arguments, request_id, app, as_task)
 
 
 def call_id(content: dict[str, Any]) -> str:

@@ -91,6 +91,15 @@ class AccessToken(models.Model):
         return "active"
 
 
+# An MCP task's statuses past which it does not move (sessions/mcp/tasks.py).
+TASK_ENDED = frozenset({"completed", "failed", "cancelled"})
+
+
+def task_running(task: dict | None) -> bool:
+    """A call's MCP task (`ToolCall.task`) may still run on the server: worth following again, not ending."""
+    return bool(task and task.get("id") and task.get("status") not in TASK_ENDED)
+
+
 class ToolCallManager(models.Manager["ToolCall"]):
     def get_queryset(self) -> models.QuerySet[ToolCall]:
         # The whole output of a truncated call may be megabytes: only its download reads it.
@@ -131,6 +140,11 @@ class ToolCall(models.Model):
     access_token = models.ForeignKey(
         "mcp_sessions.AccessToken", null=True, blank=True, on_delete=models.SET_NULL, related_name="tool_calls"
     )
+    # The person asked for an MCP task where the tool allows one ("Run as task"; docs/tasks-and-apps.md).
+    as_task = models.BooleanField(default=False)
+    # The call's MCP task as the worker last saw it (sessions/mcp/tasks.py TaskState), or {} if none:
+    # its id lets a worker that did not start the task follow it after a restart.
+    task = models.JSONField(default=dict, blank=True)
 
     objects = ToolCallManager()
 
@@ -152,6 +166,10 @@ class ToolCall(models.Model):
     def finished(self) -> bool:
         return self.status in FINISHED
 
+    @property
+    def task_running(self) -> bool:
+        return task_running(self.task)
+
     def as_event(self) -> dict:
         """The call as the browser sees it (docs/websocket-protocol.md, `call.ended`)."""
         return {
@@ -166,6 +184,7 @@ class ToolCall(models.Model):
             "details": {k: v for k, v in (self.details or {}).items() if k != "exchange"},
             "duration_ms": self.duration_ms,
             "decision": self.decision,
+            "task": self.task or None,
         }
 
     def as_record(self) -> dict:

@@ -751,11 +751,17 @@ def test_the_reference_server_through_the_endpoint(portal, alice, everything, mo
             "trigger-long-running-operation", {"duration": 1, "steps": 3}, progress_callback=on_progress
         )
         sampled = await client.call_tool("trigger-sampling-request", {"prompt": "hi", "maxTokens": 20})
-        return listed, summed, ran, sampled
+        # A tool that runs only as a task is a plain tool to the agent: the worker runs its task.
+        researched = await client.call_tool("simulate-research-query", {"topic": "tides"})
+        return listed, summed, ran, sampled, researched
 
-    listed, summed, ran, sampled = run(f"{portal.url}/mcp/everything/", token, mode, work, sampling_callback=on_sample)
-    assert {"echo", "get-sum", "trigger-long-running-operation"} <= set(names(listed))
-    assert "simulate-research-query" not in names(listed)  # it needs tasks, which the portal cannot run yet
+    listed, summed, ran, sampled, researched = run(
+        f"{portal.url}/mcp/everything/", token, mode, work, sampling_callback=on_sample
+    )
+    assert {"echo", "get-sum", "trigger-long-running-operation", "simulate-research-query"} <= set(names(listed))
+    research = next(t for t in listed.tools if t.name == "simulate-research-query")
+    assert "execution" not in research.model_dump(by_alias=True, exclude_none=True)
+    assert "Research Report: tides" in researched.content[0].text
     assert "42" in summed.content[0].text
     assert ran.is_error is False and heard[-1] == 3
     assert asked and "hi" in asked[0]

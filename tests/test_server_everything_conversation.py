@@ -139,21 +139,60 @@ def test_the_raw_json_rpc_view_holds_the_servers_requests_and_the_answers_as_the
     assert record[-1]["message"]["result"] == ToolCall.objects.get(pk=sampling["call"]).result
 
 
-def test_a_tool_that_requires_tasks_is_marked_and_refused_with_a_clear_message(alice, everything):
+def test_a_tool_that_requires_tasks_runs_as_one_its_status_and_question_reach_the_page(alice, everything):
+    """simulate-research-query (taskSupport "required"): the worker asks for a task, polls it, the
+    server's question while the task is input_required is a form like any other, and the report
+    comes back as the call's result; a reloaded page sees the task of a call in flight."""
+    from sessions.models import ToolCall
+
     cookie = session_cookie(alice)
 
     async def scenario():
         async with Playground(cookie) as ws:
             await ws.send({"type": "list_tools", "server": everything.pk})
             listed = await ws.until("tools", timeout=60)
-            ended = await ws.call(everything.pk, "simulate-research-query", {"topic": "tides"}, timeout=60)
-            return listed, ended
+            research = await start(ws, everything.pk, "simulate-research-query", {"topic": "python", "ambiguous": True})
+            asked = await ws.until("elicitation.requested", call=research, timeout=60)
+        # The page reloads while the server waits for the answer.
+        async with Playground(cookie) as ws:
+            in_flight = await ws.calls_in_flight()
+            await ws.answer_form(asked, {"interpretation": "snake"})
+            ended = await ws.until("call.ended", call=research, timeout=60)
+            return listed, asked, in_flight, ended, [e for e in ws.seen if e["type"] == "call.task"]
 
-    listed, ended = asyncio.run(scenario())
-    assert "tools" in listed, listed
-    research = next(t for t in listed["tools"] if t["name"] == "simulate-research-query")
-    assert research["needs_tasks"] is True
-    assert not any(t["needs_tasks"] for t in listed["tools"] if t["name"] != "simulate-research-query")
-    assert (ended["status"], ended["error_kind"]) == ("rejected", "needs_tasks"), ended
-    assert "tasks" in ended["error"] and "not supported yet" in ended["error"]
-    assert "MCP error" not in ended["error"], "refused by the portal, never sent to the server"
+    listed, asked, in_flight, ended, statuses = asyncio.run(scenario())
+    support = {t["name"]: t["task_support"] for t in listed["tools"]}
+    assert support["simulate-research-query"] == "required"
+    assert {v for k, v in support.items() if k != "simulate-research-query"} == {"forbidden"}
+    assert "multiple interpretations" in asked["message"]
+    (reloaded,) = [c for c in in_flight if c["call"] == ended["call"]]
+    assert reloaded["task"]["status"] == "input_required" and reloaded["task"]["id"]
+    assert reloaded["elicitations"][0]["elicitation"] == asked["elicitation"], "the open question survives a reload"
+
+    assert ended["status"] == "succeeded", ended
+    assert "Research Report: python (snake)" in ended["result"]["content"][0]["text"]
+    seen = [e["task"]["status"] for e in statuses]
+    assert seen[0] == "working" and seen[-1] == "completed", seen
+    assert {e["task"]["id"] for e in statuses} == {reloaded["task"]["id"]}
+    record = ToolCall.objects.get(pk=ended["call"])
+    assert record.task["status"] == "completed" and record.task["era"] == "legacy"
+    assert ended["task"]["id"] == record.task["id"]
+
+
+def test_cancelling_a_task_cancels_it_on_the_server(alice, everything):
+    from sessions.models import ToolCall
+
+    cookie = session_cookie(alice)
+
+    async def scenario():
+        async with Playground(cookie) as ws:
+            research = await start(ws, everything.pk, "simulate-research-query", {"topic": "tides"})
+            await ws.until("call.task", call=research, timeout=60)
+            await ws.cancel(research)
+            return await ws.until("call.ended", call=research, timeout=60)
+
+    ended = asyncio.run(scenario())
+    assert ended["status"] == "cancelled", ended
+    # The server's own answer to tasks/cancel (the handshake era's carries the task) is on the record.
+    task = ToolCall.objects.get(pk=ended["call"]).task
+    assert task["status"] == "cancelled" and task["message"] == "Client cancelled task execution.", task

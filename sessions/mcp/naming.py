@@ -88,28 +88,24 @@ def names_fit(server: str, tools: list[str]) -> list[str]:
     return [tool for tool, name in endpoint_names(path, tools).items() if name != plain[tool]]
 
 
-NEEDS_TASKS_MESSAGE = (
-    '{tool} runs only as an MCP task (its taskSupport is "required"), and tasks are not supported yet: '
-    "the portal does not call it."
-)
-
-
-def needs_tasks(tool: dict) -> bool:
-    """The tool must be called as a task (`execution.taskSupport: "required"`), which the portal cannot do yet."""
+def task_support(tool: dict) -> str:
+    """Whether the tool runs as an MCP task (handshake era, `execution.taskSupport`): "required",
+    "optional" (the person may ask: "Run as task") or "forbidden" (absent means that)."""
     execution = tool.get("execution")
-    return isinstance(execution, dict) and execution.get("taskSupport") == "required"
+    support = execution.get("taskSupport") if isinstance(execution, dict) else None
+    return support if support in ("required", "optional") else "forbidden"
 
 
 def annotate_tools(server: str, tools: list[dict]) -> list[dict]:
     """Tools as the portal shows them: each with its `full_name`, a `summary` of its description,
-    and whether it `needs_tasks`."""
+    and its `task_support`."""
     names = full_tool_names(server, [str(tool.get("name", "")) for tool in tools])
     return [
         {
             **tool,
             "full_name": names[str(tool.get("name", ""))],
             "summary": summarize_description(tool.get("description")),
-            "needs_tasks": needs_tasks(tool),
+            "task_support": task_support(tool),
         }
         for tool in tools
     ]

@@ -24,6 +24,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import anyio
@@ -51,6 +52,17 @@ from .results import (
     prompt_to_dict,
     resource_contents_to_dict,
     tool_to_dict,
+)
+from .tasks import (
+    CreatedTask,
+    LegacyTasks,
+    ModernTasks,
+    TaskEnded,
+    TasksExtension,
+    TaskSink,
+    TaskState,
+    follow,
+    server_runs_tool_tasks,
 )
 from .transports import HttpTrace, open_transport, read_tail
 from .variables import MissingVariable, expand_config
@@ -94,6 +106,11 @@ class CallHooks:
     on_elicit_done: ElicitDoneSink | None = None
     on_sample: SampleSink | None = None
     on_log: LogSink | None = None
+    # The call became an MCP task, or its task moved on (sessions/mcp/tasks.py): its state as a dict.
+    on_task: TaskSink | None = None
+    # Whether a task this call follows is cancelled on the server when the call is stopped: not
+    # when the worker is stopping and the next one resumes it.
+    cancel_on_stop: Callable[[], bool] = lambda: True
     # The call's JSON-RPC messages as they pass (wire.py); shared by the copies `scrubbing` makes.
     exchange: Exchange = field(default_factory=Exchange)
     _scope: anyio.CancelScope | None = None
@@ -106,6 +123,11 @@ class CallHooks:
     def restart_deadline(self) -> None:
         if self._scope is not None:
             self._scope.deadline = anyio.current_time() + self._seconds
+
+    def drop_deadline(self) -> None:
+        """The call became a task: its polls have deadlines of their own, the whole its TTL."""
+        self.pause_deadline()
+        self._scope = None
 
 
 NO_TURN = contextlib.nullcontext()
@@ -200,6 +222,10 @@ class CallOutcome:
     retried: bool = False  # the session had expired and the call ran again on a new one
     truncated: dict[str, Any] | None = None  # set by the caller that cut the result
     exchange: list[dict[str, Any]] = field(default_factory=list)  # the raw JSON-RPC view (wire.py)
+
+
+# A failed call's status by its failure's kind ("cancelled": the server cancelled the call's task).
+CALL_STATUS_OF_FAILURE = {"timeout": "timed_out", "cancelled": "cancelled"}
 
 
 class RequestTimedOut(Exception):
@@ -335,6 +361,7 @@ class Connection:
             logging_callback=self._on_log,
             log_level=config.log_level or None,  # type: ignore[arg-type]
             cache=None,  # the pool caches lists itself, per connection
+            extensions=[TasksExtension(self._follow_created)],
         )
 
     def _serving(self) -> CallHooks | None:
@@ -411,6 +438,32 @@ class Connection:
             model=str(answer.get("model") or "human"),
             stop_reason="endTurn",
         )
+
+    async def _answer_input(self, key: str, request: Any) -> Any:
+        """A 2026 task's input request, answered as the same request on its own would be."""
+        ctx = SimpleNamespace(request_id=key)
+        if isinstance(request, types.ElicitRequest):
+            return await self._on_elicit(ctx, request.params)
+        if isinstance(request, types.CreateMessageRequest):
+            return await self._on_sample(ctx, request.params)
+        return await self._on_list_roots(ctx)
+
+    async def _follow_created(self, created: CreatedTask, ctx: Any) -> types.CallToolResult:
+        """A 2026 server answered a call with a task: follow it in the caller's task (the SDK calls
+        this from `Client.call_tool`, where `serving` names the call)."""
+        hooks = serving.get() or CallHooks()
+        hooks.drop_deadline()
+        follower = ModernTasks(ctx.session, self.config.request_timeout, self._answer_input)
+        try:
+            task = TaskState.from_wire(created.as_wire(), follower.era)
+        except ValueError as exc:
+            raise TaskEnded(Failure("protocol", f"The server's task could not be read: {exc}")) from exc
+        return await follow(follower, task, hooks.on_task, hooks.cancel_on_stop)
+
+    def _follower(self, client: Client) -> LegacyTasks | ModernTasks:
+        if self.negotiated is not None and self.negotiated.era == "modern":
+            return ModernTasks(client.session, self.config.request_timeout, self._answer_input)
+        return LegacyTasks(client.session, self.config.request_timeout)
 
     async def _on_list_roots(self, ctx: Any) -> types.ListRootsResult:
         return types.ListRootsResult(roots=[types.Root(uri=uri, name=root_name(uri)) for uri in self.config.roots])
@@ -580,7 +633,7 @@ class Connection:
         return self.tools
 
     async def call_tool(
-        self, tool: str, arguments: dict[str, Any], hooks: CallHooks | None = None
+        self, tool: str, arguments: dict[str, Any], hooks: CallHooks | None = None, as_task: bool = False
     ) -> types.CallToolResult:
         """Call a tool under the request deadline.
 
@@ -607,6 +660,8 @@ class Connection:
                 async with self.turn():
                     self.calls.append(hooks)
                     try:
+                        if as_task and self._runs_tasks(client):
+                            return await self._call_as_task(client, tool, arguments, hooks)
                         return await client.call_tool(tool, arguments, progress_callback=progress)
                     finally:
                         self.calls.remove(hooks)
@@ -614,6 +669,37 @@ class Connection:
             serving.reset(token)
             self.wire.forget(hooks.exchange)
         raise RequestTimedOut(seconds)
+
+    def _runs_tasks(self, client: Client) -> bool:
+        """Asked for by the client only in the handshake era: in 2026 the server decides."""
+        legacy = self.negotiated is None or self.negotiated.era == "legacy"
+        return legacy and server_runs_tool_tasks(client.server_capabilities)
+
+    async def _call_as_task(
+        self, client: Client, tool: str, arguments: dict[str, Any], hooks: CallHooks
+    ) -> types.CallToolResult:
+        follower = LegacyTasks(client.session, self.config.request_timeout)
+        created = await follower.create(tool, arguments)
+        if isinstance(created, types.CallToolResult):
+            return created
+        hooks.drop_deadline()
+        return await follow(follower, created, hooks.on_task, hooks.cancel_on_stop)
+
+    async def resume_task(self, task: dict[str, Any], hooks: CallHooks) -> types.CallToolResult:
+        """Follow a task a call started before its worker stopped (its state as `on_task` had it)."""
+        client = self.client
+        assert client is not None
+        follower = self._follower(client)
+        state = TaskState(**{**task, "era": follower.era})
+        token = serving.set(hooks)
+        self.calls.append(hooks)
+        try:
+            async with self.turn():
+                return await follow(follower, state, hooks.on_task, hooks.cancel_on_stop)
+        finally:
+            self.calls.remove(hooks)
+            serving.reset(token)
+            self.wire.forget(hooks.exchange)
 
     async def check_health(self) -> None:
         """A ping in the handshake era; in 2026 (no ping) a `server/discover`, which is stateless and cheap."""
@@ -945,6 +1031,9 @@ class ConnectionPool:
             except BaseException as exc:
                 if isinstance(exc, asyncio.CancelledError):
                     raise
+                if isinstance(exc, TaskEnded):
+                    conn.record(None)  # the server answered for its task: the connection works
+                    raise ConnectionFailed(exc.failure) from exc
                 answer = answered(exc) if isinstance(exc, MCPError) else None
                 if answer is not None:
                     conn.record(None)  # the server answered: the connection works
@@ -978,7 +1067,11 @@ class ConnectionPool:
         arguments: dict[str, Any],
         on_progress: ProgressSink | None = None,
         hooks: CallHooks | None = None,
+        as_task: bool = False,
+        resume: dict[str, Any] | None = None,
     ) -> CallOutcome:
+        """Call a tool (`as_task`: as an MCP task, where the server runs it so), or follow the task
+        of a call begun before (`resume`: its state as `on_task` last had it) to its outcome."""
         started = time.monotonic()
         attempts = 0
         hooks = hooks or CallHooks(on_progress=on_progress)
@@ -986,7 +1079,9 @@ class ConnectionPool:
         async def call(conn: Connection) -> types.CallToolResult:
             nonlocal attempts
             attempts += 1
-            return await conn.call_tool(tool, arguments, hooks)
+            if resume is not None:
+                return await conn.resume_task(resume, hooks)
+            return await conn.call_tool(tool, arguments, hooks, as_task)
 
         def ended(outcome: CallOutcome) -> CallOutcome:
             outcome.duration_ms = round((time.monotonic() - started) * 1000, 3)
@@ -997,7 +1092,7 @@ class ConnectionPool:
         try:
             result = await self.use(key, config, call)
         except ConnectionFailed as exc:
-            status = "timed_out" if exc.failure.kind == "timeout" else "failed"
+            status = CALL_STATUS_OF_FAILURE.get(exc.failure.kind, "failed")
             return ended(CallOutcome(status, failure=exc.failure))
         data = call_result_to_dict(result)
         return ended(CallOutcome("tool_error" if data["isError"] else "succeeded", result=data))

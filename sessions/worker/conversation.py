@@ -55,6 +55,7 @@ async def converse(
     user_id: int,
     on_progress: Callable[[float, float | None, str | None], Awaitable[None]],
     on_log: Callable[[str, str | None, Any], Awaitable[None]],
+    on_task: Callable[[dict[str, Any]], Awaitable[None]],
     scrub: Scrubber,
     call_tool: Callable[..., Awaitable[CallOutcome]],
     key: ConnectionKey,
@@ -146,6 +147,9 @@ async def converse(
             on_elicit_done=on_elicit_done,
             on_sample=on_sample,
             on_log=on_log,
+            on_task=on_task,
+            # A stopping worker leaves the call's task running: the next worker follows it.
+            cancel_on_stop=lambda: not runtime.interrupting.is_set(),
         ),
         scrub,
     )

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from .. import actions, affinity, queue
 from ..affinity import HEARTBEAT_KEY, WORKER_NAME
-from ..models import Approval, ApprovalState, CallStatus, ConnectionStatus, ToolCall
+from ..models import Approval, ApprovalState, CallStatus, ConnectionStatus, ToolCall, task_running
 from . import runtime
 from .lane import close_lane
 
@@ -129,8 +129,14 @@ class Sweeper:
             first_missed = self.missing_since.setdefault(worker, now)
             if now - first_missed < ttl:
                 continue
-            for call_id in held.filter(worker=worker, status=CallStatus.RUNNING).values_list("pk", flat=True):
-                if actions.do_end_orphaned_call(call_id, worker) is not None:
+            for call_id, task in held.filter(worker=worker, status=CallStatus.RUNNING).values_list("pk", "task"):
+                if task_running(task) and actions.do_hand_back_task_call(call_id, worker):
+                    # Its server still runs the call's task: the next worker follows it.
+                    done["resent"] += 1
+                    log.warning(
+                        "sent call %s to another worker: its worker %s stopped, its task runs on", call_id, worker
+                    )
+                elif actions.do_end_orphaned_call(call_id, worker) is not None:
                     done["ended"] += 1
                     log.warning("ended call %s: its worker %s stopped", call_id, worker)
             for call_id in actions.do_unroute_calls(worker):

@@ -8,6 +8,7 @@ scrubbed and written through a database that may be restarting.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -24,7 +25,7 @@ from .. import actions, credentials, events, live
 from ..affinity import WORKER_NAME
 from ..mcp.config import ConnectionKey
 from ..mcp.failure import ConnectionFailed, Failure
-from ..mcp.naming import NEEDS_TASKS_MESSAGE, needs_tasks
+from ..mcp.naming import task_support
 from ..mcp.pool import CallOutcome
 from ..mcp.schema import validate_arguments
 from ..mcp.secrets import Scrubber
@@ -281,7 +282,7 @@ async def _call_prepared(
     assert server is not None
     config, key = prepared.config, prepared.key
     call_id, user_id = str(call.id), call.user_id
-    backstop = config.connect_timeout + config.request_timeout + 30
+    backstop = Backstop(config.connect_timeout + config.request_timeout + 30)
 
     started = time.monotonic()
     progress_budget, log_budget = runtime.EventBudget(), runtime.EventBudget()
@@ -309,6 +310,12 @@ async def _call_prepared(
             event["skipped"], skipped_logs = skipped_logs, 0
         await events.publish(user_id, event)
 
+    async def on_task(state: dict[str, Any]) -> None:
+        backstop.reaches_task()
+        call.task = state  # what the hand-back of a stopping worker reads (`_converse`)
+        await runtime.in_thread(actions.do_record_task, call_id, state)
+        await events.publish(user_id, {"type": "call.task", "call": call_id, "task": state})
+
     async def listed() -> list[dict[str, Any]]:
         # The page hears "started" while the tool list comes (from the warm connection's memory, or listed).
         started_event = {"type": "call.started", "call": call_id, "worker": WORKER_NAME}
@@ -320,25 +327,28 @@ async def _call_prepared(
             raise both[1]
         return both[1]
 
+    call_tool = pool.call_tool
+    if call.task_running:
+        # Its worker stopped while the server ran the call's task: follow that task, decided and
+        # checked when it began; the tool is not called again.
+        await events.publish(user_id, {"type": "call.started", "call": call_id, "worker": WORKER_NAME})
+        call_tool = functools.partial(pool.call_tool, resume=call.task)
+        return await _converse(call, prepared, call_tool, on_progress, on_log, on_task, started, backstop)
     try:
         # A task of its own, as every piece a stopping worker may end (runtime.stoppable).
-        tools = await asyncio.wait_for(asyncio.ensure_future(runtime.stoppable(listed())), backstop)
+        tools = await asyncio.wait_for(asyncio.ensure_future(runtime.stoppable(listed())), backstop.seconds)
     except runtime.Interrupted:
         return runtime.interrupted_outcome(started)
     except ConnectionFailed as exc:
         return CallOutcome(CallStatus.FAILED, failure=exc.failure)
     except TimeoutError:
-        return CallOutcome(CallStatus.TIMED_OUT, failure=Failure("timeout", f"the worker gave up after {backstop:g} s"))
+        failure = Failure("timeout", f"the worker gave up after {backstop.seconds:g} s")
+        return CallOutcome(CallStatus.TIMED_OUT, failure=failure)
     tools = _recorded(key, tools) or await runtime.in_thread(_record_tools, server, key, tools, prepared.scrub)
     tool = next((t for t in tools if t.get("name") == call.tool), None)
     if tool is None:
         return CallOutcome(
             CallStatus.REJECTED, failure=Failure("unknown_tool", f"{server.name} has no tool named {call.tool!r}.")
-        )
-    if needs_tasks(tool):
-        # The server would refuse it too, in its own words: say why before asking it.
-        return CallOutcome(
-            CallStatus.REJECTED, failure=Failure("needs_tasks", NEEDS_TASKS_MESSAGE.format(tool=call.tool))
         )
     errors = validate_arguments(tool.get("inputSchema"), call.arguments)
     if errors:
@@ -350,27 +360,72 @@ async def _call_prepared(
         return None
     if not gate.run:
         return CallOutcome(CallStatus.REJECTED, failure=Failure(gate.kind, gate.reason))
+    support = task_support(tool)
+    if support == "required" or (support == "optional" and call.as_task):
+        call_tool = functools.partial(pool.call_tool, as_task=True)
+    return await _converse(call, prepared, call_tool, on_progress, on_log, on_task, started, backstop)
+
+
+class Backstop:
+    """The worker's last bound on a call, past every timeout of its own; pushed back to the portal's
+    cap on a task (PORTAL_TASK_MAX_SECONDS) once the call becomes one: a task runs as long as its
+    server keeps it."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self._timeout: asyncio.Timeout | None = None
+
+    def reaches_task(self) -> None:
+        self.seconds = settings.PORTAL_TASK_MAX_SECONDS
+        if self._timeout is not None:
+            self._timeout.reschedule(asyncio.get_running_loop().time() + self.seconds)
+
+    async def run(self, work: Any) -> Any:
+        async with asyncio.timeout(self.seconds) as self._timeout:
+            return await work
+
+
+async def _converse(
+    call: ToolCall,
+    prepared: credentials.Prepared,
+    call_tool: Any,
+    on_progress: Any,
+    on_log: Any,
+    on_task: Any,
+    started: float,
+    backstop: Backstop,
+) -> CallOutcome | None:
+    """The call's conversation with the server and the person (sessions/worker/conversation.py),
+    bounded by the backstop and ended by a stopping worker; a stopped worker's task is handed back."""
+    server = call.server
+    assert server is not None
     # A pending elicitation stops the request clock (a person is answering), so the backstop leaves
     # room for a few forms, each bounded by its own timeout.
-    backstop += 3 * server.seconds_to_answer
+    backstop.seconds += 3 * server.seconds_to_answer
     talk = conversation.converse(
-        call_id,
-        user_id,
+        str(call.id),
+        call.user_id,
         on_progress,
         on_log,
+        on_task,
         prepared.scrub,
-        pool.call_tool,
-        key,
-        config,
+        call_tool,
+        prepared.key,
+        prepared.config,
         call,
         server.seconds_to_answer,
     )
     try:
-        return await asyncio.wait_for(asyncio.ensure_future(runtime.stoppable(talk)), backstop)
+        return await backstop.run(asyncio.ensure_future(runtime.stoppable(talk)))
     except runtime.Interrupted:
+        if call.task_running and await runtime.in_thread(actions.do_hand_back_task_call, str(call.id), WORKER_NAME):
+            # The server still runs the task: the next worker follows it (the sweep sends it again).
+            log.info("handed back call %s: its task runs on", call.id)
+            return None
         return runtime.interrupted_outcome(started)
     except TimeoutError:
-        return CallOutcome(CallStatus.TIMED_OUT, failure=Failure("timeout", f"the worker gave up after {backstop:g} s"))
+        failure = Failure("timeout", f"the worker gave up after {backstop.seconds:g} s")
+        return CallOutcome(CallStatus.TIMED_OUT, failure=failure)
 
 
 # The tool list this worker last saw recorded, per connection: the list as listed and as shown. A warm
