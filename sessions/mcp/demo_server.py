@@ -28,15 +28,18 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.prompts.base import AssistantMessage, Message, UserMessage
 from mcp.server.mcpserver.resolve import Elicit, ListRoots, Resolve, Sample
-from mcp.shared.exceptions import UrlElicitationRequiredError
+from mcp.shared.exceptions import MCPError, UrlElicitationRequiredError
 from mcp.types import (
+    CallToolResult,
     Completion,
     CompletionArgument,
     CompletionContext,
     CreateMessageResult,
     ElicitRequestURLParams,
+    ElicitResult,
     EmptyResult,
     ImageContent,
+    InputRequiredResult,
     ListResourcesResult,
     ListRootsResult,
     PaginatedRequestParams,
@@ -51,17 +54,30 @@ from mcp.types import (
 )
 from pydantic import BaseModel, Field
 
+from .demo_tasks import Tasks, Work, current_task
+
 # Tells this process from other copies of the server even where each is PID 2 of its own sandbox.
 PROCESS_TOKEN = secrets.randbits(48)
+
+
+async def _call_tool_as_task(name: str, arguments: dict[str, Any]) -> CallToolResult | InputRequiredResult:
+    # A task's work runs after the request that made it has been answered: outside any request.
+    return await server.call_tool(name, arguments)
+
+
+# `research` may run as an MCP task, in both protocol eras (sessions/mcp/demo_tasks.py).
+tasks = Tasks(["research"], _call_tool_as_task)
 
 server = MCPServer(
     name="portal-demo",
     version="1.0.0",
     instructions=(
         "A demo server for the MCP Portal playground: echo, add, progress, an image, a form, a sleep, a note, "
-        "big output, a chart with an app; resources (text, JSON, an image, bytes, a greeting template, a counter "
-        "to subscribe to, the chart's app) and prompts."
+        "big output, a chart with an app, a research task; resources (text, JSON, an image, bytes, a greeting "
+        "template, a counter to subscribe to, the chart's app) and prompts."
     ),
+    extensions=[tasks],
+    middleware=[tasks.handshake_middleware],
 )
 
 
@@ -302,14 +318,95 @@ async def sleep(ctx: Context, seconds: Annotated[float, Field(ge=0, le=3600)] = 
     try:
         await asyncio.sleep(seconds)
     except asyncio.CancelledError:
-        # Proof that the cancellation reached the server: on stderr, and in a file tests can read.
-        note = f"sleep cancelled after less than {seconds} s"
-        print(note, file=sys.stderr, flush=True)
-        if os.environ.get("DEMO_EVENT_LOG"):
-            with open(os.environ["DEMO_EVENT_LOG"], "a") as events:
-                events.write(note + "\n")
+        _note_event(f"sleep cancelled after less than {seconds} s")
         raise
     return f"slept {seconds} s"
+
+
+def _note_event(note: str) -> None:
+    """Proof that a cancellation reached the server: on stderr, and in a file tests can read."""
+    print(note, file=sys.stderr, flush=True)
+    if os.environ.get("DEMO_EVENT_LOG"):
+        with open(os.environ["DEMO_EVENT_LOG"], "a") as events:
+            events.write(note + "\n")
+
+
+ANGLES = ("history", "science", "people")
+ANGLE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"angle": {"type": "string", "title": "Angle", "enum": list(ANGLES)}},
+    "required": ["angle"],
+}
+RESEARCH_STEPS = ("gathering sources", "reading", "taking notes", "checking facts", "drafting", "revising")
+
+
+class Report(BaseModel):
+    topic: str
+    angle: str
+    steps: int
+
+
+class _InlineWork:
+    """`Work` for a research call that is not a task: the request's own progress and elicitation."""
+
+    def __init__(self, ctx: Context, total: int) -> None:
+        self.ctx, self.total, self.done = ctx, total, 0
+
+    async def report_status(self, message: str) -> None:
+        await self.ctx.report_progress(self.done, self.total, message)
+        self.done += 1
+
+    async def elicit_form(self, message: str, requested_schema: dict[str, Any]) -> ElicitResult | None:
+        session = self.ctx.request_context.session
+        capabilities = session.client_capabilities
+        # 2026-07-28 forbids server-to-client requests; a client without elicitation cannot answer one.
+        if not session.can_send_request or capabilities is None or capabilities.elicitation is None:
+            return None
+        try:
+            return await session.elicit_form(message, requested_schema, self.ctx.request_context.request_id)
+        except MCPError:
+            return None
+
+
+@server.tool(
+    title="Research a topic (runs as a task)",
+    description=(
+        "Research a topic in `steps` steps of `step_seconds` seconds. Runs as an MCP task where the client "
+        "asks for one (or, in 2026-07-28, supports the tasks extension): status messages as it goes, and it can "
+        "be cancelled. With `ask`, it asks which angle to take after the first step. Without a task it does "
+        "the same work inline."
+    ),
+    annotations=ToolAnnotations(readOnlyHint=True),
+)
+async def research(
+    ctx: Context,
+    topic: str,
+    steps: Annotated[int, Field(ge=1, le=20)] = 4,
+    step_seconds: Annotated[float, Field(ge=0, le=60)] = 1.0,
+    ask: bool = False,
+) -> Annotated[CallToolResult, Report]:
+    work: Work = current_task() or _InlineWork(ctx, steps)
+    angle = "general"
+    step = 0
+    try:
+        for step in range(1, steps + 1):
+            await work.report_status(f"Step {step} of {steps}: {RESEARCH_STEPS[(step - 1) % len(RESEARCH_STEPS)]}")
+            await asyncio.sleep(step_seconds)
+            if ask and step == 1:
+                answer = await work.elicit_form(f"Which angle on {topic}?", ANGLE_SCHEMA)
+                chosen = (
+                    answer.content.get("angle") if answer and answer.action == "accept" and answer.content else None
+                )
+                # A decline, a cancel, or nobody to ask: a general report.
+                angle = chosen if chosen in ANGLES else "general"
+    except asyncio.CancelledError:
+        # Proof that tasks/cancel (or a cancelled call) stopped the work itself, not only the task's status.
+        _note_event(f"research on {topic} cancelled at step {step} of {steps}")
+        raise
+    return CallToolResult(
+        content=[TextContent(type="text", text=f"Report on {topic} ({angle}): {steps} steps done.")],
+        structured_content=Report(topic=topic, angle=angle, steps=steps).model_dump(),
+    )
 
 
 MAX_BIG_BYTES = 50 * 1024 * 1024
