@@ -11,6 +11,7 @@ urlpatterns = [
     path("calls/<uuid:call_id>/", views.call_detail, name="call_detail"),
     path("calls/<uuid:call_id>/full-output", views.call_full_output, name="call_full_output"),
     path("calls/<uuid:call_id>/export.json", views.call_export, name="call_export"),
+    path("tasks/", views.task_list, name="tasks"),
     path("approvals/", approval_views.approvals, name="approvals"),
     path("approvals/answer", approval_views.answer_approvals, name="answer_approvals"),
     path("audit/", views.audit_log, name="audit_log"),

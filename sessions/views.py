@@ -26,6 +26,7 @@ from .models import AuditEvent, AuditKind, CallStatus, ToolCall, Via
 LIST_LIMIT = 200
 EXPORT_LIMIT = 5000
 AUDIT_PAGE_ROWS = 200
+TASK_LIST_LIMIT = 100
 
 
 @team_required
@@ -169,6 +170,18 @@ def call_list_export(request: HttpRequest) -> HttpResponse:
     records = [call.as_record() for call in calls[:EXPORT_LIMIT]]
     body = {"exported_at": timezone.now().isoformat(), "filters": filters, "limit": EXPORT_LIMIT, "calls": records}
     return _download(body, f"mcp-calls-{timezone.now():%Y%m%d-%H%M%S}.json")
+
+
+@login_required
+def task_list(request: HttpRequest) -> HttpResponse:
+    """The person's own calls that ran as MCP tasks, newest first: where each task stands."""
+    calls = (
+        ToolCall.objects.filter(user=request.user)
+        .exclude(task={})
+        .only("id", "server_name", "tool", "status", "task", "as_task", "created_at")
+        .order_by("-created_at")[:TASK_LIST_LIMIT]
+    )
+    return render(request, "sessions/tasks.html", {"calls": calls, "limit": TASK_LIST_LIMIT})
 
 
 @login_required

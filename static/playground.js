@@ -53,16 +53,23 @@ function renderToolList() {
       "data-tool": tool.name,
       onclick: () => selectTool(tool.name),
     }, h("span", { class: "tool-name", text: tool.title || tool.name }), h("code", { class: "small", text: tool.name }),
-      tool.needs_tasks ? needsTasks() : "",
+      taskBadge(tool),
       // The list shows the summary (cut at 2,048 characters); the tool pane shows the full description.
       h("span", { class: "tool-summary", text: tool.summary ?? "" }))));
   }
   if (focused !== undefined) [...list.querySelectorAll("button.tool")].find((b) => b.dataset.tool === focused)?.focus();
 }
 
-// A tool the server runs only as a task (execution.taskSupport "required"): the portal refuses to call it.
-function needsTasks() {
-  return h("span", { class: "badge off", title: "The server runs this tool only as an MCP task; the portal does not support tasks yet.", text: "needs tasks (not supported yet)" });
+// A tool's `task_support` (its execution.taskSupport): "required" runs only as an MCP task, "optional"
+// may ("Run as task"); "forbidden", or a list without the field, gets no badge.
+function taskBadge(tool) {
+  if (tool.task_support === "required") {
+    return h("span", { class: "badge task", title: "The server runs this tool as an MCP task: the portal follows it and shows its status.", text: "runs as a task" });
+  }
+  if (tool.task_support === "optional") {
+    return h("span", { class: "badge task", title: "You may run this tool as an MCP task: tick \"Run as task\" beside Call tool.", text: "can run as a task" });
+  }
+  return "";
 }
 
 function badges(annotations = {}) {
@@ -78,7 +85,7 @@ function badges(annotations = {}) {
 // the page lists the tools again, and this shows the new decision.
 function renderDecision(tool) {
   const described = state.server.described?.[tool.name];
-  $("tool-badges").replaceChildren(...badges(tool.annotations), tool.needs_tasks ? needsTasks() : "", described ? h("span", { class: "badge", text: described.class }) : "");
+  $("tool-badges").replaceChildren(...badges(tool.annotations), taskBadge(tool), described ? h("span", { class: "badge", text: described.class }) : "");
   $("tool-decision").replaceChildren(...(described ? [
     h("span", { class: `badge effect-${described.decision.effect}`, text: EFFECT_LABELS[described.decision.effect] }), " ",
     described.decision.reason,
@@ -88,12 +95,17 @@ function renderDecision(tool) {
 function selectTool(name, initial) {
   const tool = (state.server?.tools || []).find((t) => t.name === name);
   if (!tool) return;
+  const same = state.tool?.name === tool.name; // the same tool, listed again
   state.tool = tool;
   $("tool-empty").hidden = true;
   $("tool-view").hidden = false;
   $("tool-title").textContent = tool.title || tool.annotations?.title || tool.name;
   $("tool-full-name").textContent = state.server.prefix + tool.name;
   renderDecision(tool);
+  // "Run as task" only where the person may choose; a new tool starts unticked.
+  const optional = tool.task_support === "optional";
+  if (!optional || !same) $("run-as-task").checked = false;
+  $("run-as-task-choice").hidden = !optional;
   $("tool-description").textContent = tool.description || "";
   $("json-mode").checked = false;
   renderForm(initial);
@@ -206,7 +218,11 @@ $("call-form").addEventListener("submit", (event) => {
   closeSampling();
   $("progress-message").textContent = "";
   $("call-progress").hidden = true;
-  socket.send({ type: "call", ref: state.pendingRef, request_id: requestId(), server: state.server.id, tool: state.tool.name, arguments: args });
+  showTask(null);
+  const message = { type: "call", ref: state.pendingRef, request_id: requestId(), server: state.server.id, tool: state.tool.name, arguments: args };
+  // Only where the tool lets the person choose; a "required" one runs as a task whatever the page says.
+  if (state.tool.task_support === "optional" && $("run-as-task").checked) message.as_task = true;
+  socket.send(message);
 });
 
 document.addEventListener("keydown", (event) => {
@@ -231,6 +247,8 @@ function onCallEvent(event) {
     return;
   }
   if (event.call !== state.call) {
+    // Kept for "Show": the pane then starts from the task's latest status.
+    if (event.type === "call.task" && others.has(event.call)) others.get(event.call).task = event.task;
     // A call this page does not show (another tab's, or one started before a reload): catch up.
     if (event.type !== "call.ended" && !others.has(event.call)) askForCalls();
     return;
@@ -243,6 +261,8 @@ function onCallEvent(event) {
     addLogLine(event);
   } else if (event.type === "call.progress") {
     showProgress(event);
+  } else if (event.type === "call.task") {
+    showTask(event.task);
   } else if (event.type === "call.ended") {
     state.inFlight = false;
     $("call-button").disabled = false;
@@ -253,6 +273,8 @@ function onCallEvent(event) {
     $("call-progress").hidden = true;
     const took = event.duration_ms != null ? ` in ${event.duration_ms.toFixed(1)} ms` : "";
     setStatus(event.status, `${TERMINAL_LABELS[event.status] || event.status}${took}`);
+    // The task's final status stays in view; an event without one leaves what the page last saw.
+    if (event.task) showTask(event.task);
     renderOutcome(event);
     const server = servers.get(event.server);
     const tool = (server?.tools || []).find((t) => t.name === event.tool);
@@ -260,6 +282,27 @@ function onCallEvent(event) {
       showApp({ server: server.id, serverName: server.name, tool, arguments: state.arguments, result: event.result });
     }
   }
+}
+
+// The call's MCP task, as the worker last saw it: its status, the server's status message and its id.
+// All of it comes from the server, so it goes in as text only.
+const TASK_STATUSES = new Set(["working", "input_required", "completed", "failed", "cancelled"]);
+
+function showTask(task) {
+  const line = $("task-status");
+  if (!task || typeof task !== "object" || !task.status) {
+    line.hidden = true;
+    line.replaceChildren();
+    return;
+  }
+  const status = String(task.status);
+  const known = TASK_STATUSES.has(status);
+  line.dataset.status = known ? status : "unknown";
+  line.replaceChildren(
+    "Task ", h("span", { class: `badge task-${known ? status : "unknown"}`, text: status.replace("_", " ") }),
+    task.message ? ` — ${String(task.message)}` : "",
+    task.id ? h("span", { class: "task-id" }, " · id ", h("code", { text: String(task.id) })) : "");
+  line.hidden = false;
 }
 
 function showProgress(event) {
@@ -328,6 +371,7 @@ function showCall(entry) {
   $("call-progress").hidden = true;
   closeElicitation();
   closeSampling();
+  showTask(entry.task);
   const running = entry.status === "running";
   setStatus(entry.status, {
     running: `Running ${entry.tool}…`,
@@ -354,6 +398,7 @@ function onCalls(event) {
     if (!elicitation.id && shown.elicitations.length) showElicitation(shown.elicitations.at(-1));
     if (!sampling.id && shown.sampling.length) showSampling(shown.sampling.at(-1));
     if (shown.progress) showProgress(shown.progress);
+    if (shown.task) showTask(shown.task); // a status that changed while the socket was down
   } else if (state.call && state.inFlight) {
     // The shown call ended while the socket was down: its record has the outcome.
     state.inFlight = false;

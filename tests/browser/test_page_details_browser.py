@@ -1,6 +1,6 @@
 """Details of the pages a newcomer meets, in real Chromium: a tool's error read as an error, a number
-JSON cannot carry named as such, "Always allow" changing the tool's badge, a tool that needs tasks
-marked, stdio arguments as a list, the password page and the servers table at 1400 px."""
+JSON cannot carry named as such, "Always allow" changing the tool's badge, a tool that runs as an MCP
+task marked, stdio arguments as a list, the password page and the servers table at 1400 px."""
 
 from __future__ import annotations
 
@@ -109,7 +109,7 @@ EVERYTHING = ROOT / "tests/npm/node_modules/@modelcontextprotocol/server-everyth
 
 
 @pytest.mark.skipif(not EVERYTHING.exists(), reason="server-everything is not installed: run `make test-servers`")
-def test_a_tool_that_needs_tasks_is_marked_in_the_list_and_refused_saying_why(page: Page, alice):
+def test_a_tool_that_runs_as_a_task_is_marked_in_the_list_its_pane_and_the_server_page(page: Page, alice):
     everything = Server.objects.create(
         team=alice.memberships.get().team,
         name="everything",
@@ -121,16 +121,22 @@ def test_a_tool_that_needs_tasks_is_marked_in_the_list_and_refused_saying_why(pa
     PermissionRule.objects.create(team=everything.team, pattern="mcp__everything", effect=Effect.ALLOW)
     log_in(page, "alice", "pw-alice")
     open_playground(page, everything)
-    research = page.get_by_role("list", name="Tools").locator('button[data-tool="simulate-research-query"]')
-    expect(research).to_contain_text("needs tasks (not supported yet)")
-    other = page.get_by_role("list", name="Tools").locator('button[data-tool="echo"]')
-    expect(other).not_to_contain_text("needs tasks")
+    tools = page.get_by_role("list", name="Tools")
+    research = tools.locator('button[data-tool="simulate-research-query"]')
+    expect(research).to_contain_text("runs as a task")
+    expect(tools.locator('button[data-tool="echo"]')).not_to_contain_text("as a task")
+    expect(tools).not_to_contain_text("needs tasks")
     research.click()
-    expect(page.locator("#tool-badges")).to_contain_text("needs tasks (not supported yet)")
-    page.get_by_label("Edit as JSON").check()
-    page.get_by_label("Arguments (JSON)").fill('{"topic": "tides"}')
-    page.get_by_role("button", name="Call tool").click()
-    expect(call_status(page)).to_contain_text("Rejected")
-    expect(page.locator("#result")).to_contain_text("tasks are not supported yet")
-    expect(page.locator("#result")).not_to_contain_text("MCP error")
+    expect(page.locator("#tool-badges")).to_contain_text("runs as a task")
+    # "required": the server decides, so there is nothing to choose ("Run as task" is for "optional").
+    expect(page.get_by_label("Run as task")).to_be_hidden()
+    page.locator('#tool-list button[data-tool="echo"]').click()
+    expect(page.locator("#tool-badges")).not_to_contain_text("as a task")
+    expect(page.get_by_label("Run as task")).to_be_hidden()
+
+    # The server's page renders from the list the playground just had listed and saved.
+    page.goto(f"/servers/{everything.pk}/")
+    expect(page.locator("#tool-simulate-research-query")).to_contain_text("runs as a task")
+    expect(page.locator("#tool-echo")).not_to_contain_text("as a task")
+    expect(page.locator("#tool-list")).not_to_contain_text("needs tasks")
     assert page.problems == []
