@@ -73,7 +73,14 @@ def test_a_worker_that_stops_mid_task_leaves_it_to_the_next_one(alice, demo_http
         async with Playground(cookie) as ws:
             arguments = {"topic": "tides", "steps": 10, "step_seconds": 0.5}
             await ws.send(
-                {"type": "call", "ref": "r", "server": server.pk, "tool": "research", "arguments": arguments, "as_task": True}
+                {
+                    "type": "call",
+                    "ref": "r",
+                    "server": server.pk,
+                    "tool": "research",
+                    "arguments": arguments,
+                    "as_task": True,
+                }
             )
             call = (await ws.until("call.accepted", ref="r", timeout=60))["call"]
             started = await ws.until("call.started", call=call, timeout=60)
