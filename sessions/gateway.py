@@ -380,14 +380,17 @@ class PortalGateway:
         ticks = 0
         last_keepalive = time.monotonic()
         recheck = RECHECK_SECONDS
+        task_news = ""  # the call's MCP task, as its status line says it: the call may run for long
         while True:
             now = time.monotonic()
-            if held and caller.wants_progress and now - last_keepalive >= keepalive and caller.progress:
-                # Clients such as Claude Code reset their idle timer on progress: one while the person decides.
+            waiting = "Waiting for your approval in the MCP Portal." if held else task_news
+            if waiting and caller.wants_progress and now - last_keepalive >= keepalive and caller.progress:
+                # Clients such as Claude Code reset their idle timer on progress: one while the person
+                # decides, or while the server runs the call's task.
                 ticks += 1
-                await caller.progress(ticks, None, "Waiting for your approval in the MCP Portal.")
+                await caller.progress(ticks, None, waiting)
                 last_keepalive = now
-            event = await inbox.next(min(recheck, keepalive) if held else recheck)
+            event = await inbox.next(min(recheck, keepalive) if waiting else recheck)
             if event is None:
                 # Doubled each time nothing came: a thousand calls waiting for a busy worker would
                 # otherwise read their records 200 times a second, slowing the calls they wait for.
@@ -411,6 +414,13 @@ class PortalGateway:
             elif kind == "call.progress" and caller.progress:
                 ticks = max(ticks, int(event.get("progress") or 0))
                 await caller.progress(event.get("progress") or 0, event.get("total"), event.get("message"))
+            elif kind == "call.task" and isinstance(event.get("task"), dict):
+                task = event["task"]
+                task_news = f"Task {task.get('status')}: {task.get('message') or ''}".strip().rstrip(":")
+                if caller.progress:
+                    ticks += 1
+                    await caller.progress(ticks, None, task_news)
+                    last_keepalive = time.monotonic()
             elif kind == "call.log" and caller.log:
                 await caller.log(str(event.get("level") or "info"), event.get("logger"), event.get("data"))
             elif kind == "elicitation.requested" and "elicitation" in caller.rounds:

@@ -738,6 +738,11 @@ def test_the_reference_server_through_the_endpoint(portal, alice, everything, mo
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         heard.append(progress)
 
+    task_news: list[str] = []
+
+    async def on_task_progress(progress: float, total: float | None, message: str | None) -> None:
+        task_news.append(message or "")
+
     async def on_sample(ctx, params):
         asked.append(params.messages[0].content.text)
         return types.CreateMessageResult(
@@ -752,7 +757,9 @@ def test_the_reference_server_through_the_endpoint(portal, alice, everything, mo
         )
         sampled = await client.call_tool("trigger-sampling-request", {"prompt": "hi", "maxTokens": 20})
         # A tool that runs only as a task is a plain tool to the agent: the worker runs its task.
-        researched = await client.call_tool("simulate-research-query", {"topic": "tides"})
+        researched = await client.call_tool(
+            "simulate-research-query", {"topic": "tides"}, progress_callback=on_task_progress
+        )
         return listed, summed, ran, sampled, researched
 
     listed, summed, ran, sampled, researched = run(
@@ -762,6 +769,8 @@ def test_the_reference_server_through_the_endpoint(portal, alice, everything, mo
     research = next(t for t in listed.tools if t.name == "simulate-research-query")
     assert "execution" not in research.model_dump(by_alias=True, exclude_none=True)
     assert "Research Report: tides" in researched.content[0].text
+    # The task's status line reaches the agent as progress, which keeps its idle timer from running out.
+    assert "Task working: Gathering sources..." in task_news and task_news[-1].startswith("Task completed"), task_news
     assert "42" in summed.content[0].text
     assert ran.is_error is False and heard[-1] == 3
     assert asked and "hi" in asked[0]

@@ -54,6 +54,7 @@ from .results import (
     tool_to_dict,
 )
 from .tasks import (
+    RELATED_TASK,
     CreatedTask,
     LegacyTasks,
     ModernTasks,
@@ -296,6 +297,7 @@ class Connection:
     _turns: asyncio.Lock | None = None  # see `turn`
     http: HttpTrace = field(default_factory=HttpTrace)
     calls: list[CallHooks] = field(default_factory=list)  # in flight, oldest first
+    following: dict[str, CallHooks] = field(default_factory=dict)  # handshake-era tasks, by id, to their calls
     on_server_log: LogSink | None = None  # logs that arrive outside any call
     subscriptions: ResourceSubscriptions | None = None
     wire: Wire = field(init=False)
@@ -364,8 +366,8 @@ class Connection:
             extensions=[TasksExtension(self._follow_created)],
         )
 
-    def _serving(self) -> CallHooks | None:
-        hooks = serving.get()
+    def _serving(self, params: Any = None) -> CallHooks | None:
+        hooks = serving.get() or self._following_task(params)
         if hooks is None and self.calls:
             # Handshake era: the request arrives on the session's receive loop, outside the caller's
             # task, and carries nothing that says which call it is for (the SDK hands the callback
@@ -374,6 +376,14 @@ class Connection:
             # request at a time (`turn`), so the call in flight, if any, is the one asking.
             hooks = self.calls[-1]
         return hooks
+
+    def _following_task(self, params: Any) -> CallHooks | None:
+        """A request a handshake-era server sends for a task names it (the related-task `_meta`): it
+        is for the call following that task, whatever else is in flight."""
+        meta = getattr(params, "meta", None)
+        related = meta.get(RELATED_TASK) if isinstance(meta, dict) else None
+        task_id = related.get("taskId") if isinstance(related, dict) else None
+        return self.following.get(task_id) if isinstance(task_id, str) else None
 
     @property
     def one_request_at_a_time(self) -> bool:
@@ -391,7 +401,7 @@ class Connection:
         return self._turns
 
     async def _on_elicit(self, ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult | types.ErrorData:
-        hooks = self._serving()
+        hooks = self._serving(params)
         request_id = str(getattr(ctx, "request_id", "") or "")
         if isinstance(params, types.ElicitRequestURLParams) and hooks is not None and hooks.on_elicit_url is not None:
             hooks.pause_deadline()
@@ -419,7 +429,7 @@ class Connection:
         self, ctx: Any, params: types.CreateMessageRequestParams
     ) -> types.CreateMessageResult | types.ErrorData:
         """A person reads the messages and writes (or edits) the reply: no model is called."""
-        hooks = self._serving()
+        hooks = self._serving(params)
         if hooks is None or hooks.on_sample is None:
             return types.ErrorData(code=INVALID_REQUEST, message="nobody here can answer this sampling request")
         hooks.pause_deadline()
@@ -683,7 +693,16 @@ class Connection:
         if isinstance(created, types.CallToolResult):
             return created
         hooks.drop_deadline()
-        return await follow(follower, created, hooks.on_task, hooks.cancel_on_stop)
+        return await self._follow(follower, created, hooks)
+
+    async def _follow(
+        self, follower: LegacyTasks | ModernTasks, task: TaskState, hooks: CallHooks
+    ) -> types.CallToolResult:
+        self.following[task.id] = hooks
+        try:
+            return await follow(follower, task, hooks.on_task, hooks.cancel_on_stop)
+        finally:
+            self.following.pop(task.id, None)
 
     async def resume_task(self, task: dict[str, Any], hooks: CallHooks) -> types.CallToolResult:
         """Follow a task a call started before its worker stopped (its state as `on_task` had it)."""
@@ -695,7 +714,7 @@ class Connection:
         self.calls.append(hooks)
         try:
             async with self.turn():
-                return await follow(follower, state, hooks.on_task, hooks.cancel_on_stop)
+                return await self._follow(follower, state, hooks)
         finally:
             self.calls.remove(hooks)
             serving.reset(token)
