@@ -468,7 +468,7 @@ class Connection:
             task = TaskState.from_wire(created.as_wire(), follower.era)
         except ValueError as exc:
             raise TaskEnded(Failure("protocol", f"The server's task could not be read: {exc}")) from exc
-        return await follow(follower, task, hooks.on_task, hooks.cancel_on_stop)
+        return await self._follow(follower, task, hooks)
 
     def _follower(self, client: Client) -> LegacyTasks | ModernTasks:
         if self.negotiated is not None and self.negotiated.era == "modern":
