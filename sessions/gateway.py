@@ -22,6 +22,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -34,7 +35,8 @@ from servers.policy import ASK, DENY
 
 from . import actions, events, limits, messages, queue
 from .access_tokens import Agent
-from .mcp.endpoint import MODERN_ERAS, NOT_FOUND, URL_ELICITATION_REQUIRED, Caller, Refused
+from .live import elicitation_event, sampling_event
+from .mcp.endpoint import INVALID_PARAMS, MODERN_ERAS, NOT_FOUND, URL_ELICITATION_REQUIRED, Caller, Refused
 from .mcp.naming import SEPARATOR, endpoint_names, normalize_name
 from .models import (
     CallStatus,
@@ -249,17 +251,22 @@ def input_required(call_id: str, questions: list[tuple[str, dict[str, Any]]]) ->
     }
 
 
-async def _deliver_form(agent: Agent, eid: str, answer: dict[str, Any]) -> None:
+async def _deliver_form(agent: Agent, eid: str, answer: dict[str, Any], strict: bool = False) -> None:
     """An answer to a form, from the client, checked and sent to the call's worker as the browser's
-    answer is. The person may have answered first in the browser: then it is too late, and dropped."""
+    answer is. The person may have answered first in the browser: then it is too late, and dropped.
+    `strict`: an answer that is no answer to the form (tasks/update) is refused, not dropped."""
     action, content = answer.get("action"), answer.get("content")
     if action not in ("accept", "decline", "cancel"):
+        if strict:
+            raise Refused("The answer's action must be accept, decline or cancel.")
         return
     try:
         channel, call_id = await database_sync_to_async(actions.do_take_elicitation_answer)(
             agent.user, eid, action, content
         )
-    except actions.AnswerError:
+    except actions.AnswerError as exc:
+        if strict and exc.errors:
+            raise Refused(str(exc), INVALID_PARAMS, {"errors": exc.errors}) from None
         return
     message = {"type": "elicitation.answer", "elicitation": eid, "action": action, "content": content}
     await get_channel_layer().send(channel, message)
@@ -278,6 +285,19 @@ async def _deliver_sampling(agent: Agent, sid: str, text: str, model: str) -> No
     message = {"type": "sampling.answer", "sampling": sid, "action": "approve", "text": text, "model": model}
     await get_channel_layer().send(channel, message)
     await events.publish(agent.user.pk, {"type": "sampling.answered", "call": call_id, "sampling": sid})
+
+
+async def _deliver_answers(agent: Agent, answers: dict[str, dict[str, Any]], strict: bool = False) -> None:
+    """Answers keyed as the 2026 era's input requests are (`_question`), each to its form or
+    sampling request, as the browser's answers go."""
+    for key, answer in answers.items():
+        kind, _, rid = key.partition(":")
+        if kind == "elicitation":
+            await _deliver_form(agent, rid, answer, strict)
+        elif kind == "sampling":
+            content = answer.get("content")
+            text = content.get("text", "") if isinstance(content, dict) else ""
+            await _deliver_sampling(agent, rid, str(text), str(answer.get("model") or ""))
 
 
 # -- the gateway ---------------------------------------------------------------------------------
@@ -323,7 +343,8 @@ class PortalGateway:
         came = actions.Came(via=Via.MCP, client=caller.client, access_token=agent.token)
         async with listening(agent.user.pk) as inbox:
             try:
-                call = await database_sync_to_async(_start)(agent, caller.server, name, arguments, came)
+                # A 2026 client that declared tasks may get one: an optional task tool runs as a task too.
+                call = await database_sync_to_async(_start)(agent, caller.server, name, arguments, came, caller.tasks)
             except (Refused, limits.RateLimited) as exc:
                 return tool_error(str(exc))
             if call.finished:
@@ -345,14 +366,7 @@ class PortalGateway:
             record = await database_sync_to_async(_own_call)(agent, call_id) if state.startswith(STATE_PREFIX) else None
             if record is None:
                 return tool_error("Unknown call: the request state names no call of yours.")
-            for key, answer in answers.items():
-                kind, _, rid = key.partition(":")
-                if kind == "elicitation":
-                    await _deliver_form(agent, rid, answer)
-                elif kind == "sampling":
-                    content = answer.get("content")
-                    text = content.get("text", "") if isinstance(content, dict) else ""
-                    await _deliver_sampling(agent, rid, str(text), str(answer.get("model") or ""))
+            await _deliver_answers(agent, answers)
             if record.finished:
                 return result_of(record.as_event(), caller.protocol_version)
             open_now = await database_sync_to_async(_open_questions)(call_id, caller.rounds)
@@ -364,18 +378,40 @@ class PortalGateway:
                 await asyncio.shield(database_sync_to_async(_give_up)(agent, call_id))
                 raise
 
-    async def _follow(self, caller: Caller, agent: Agent, call_id: str, status: str, inbox: Inbox) -> dict[str, Any]:
+    async def _follow(
+        self,
+        caller: Caller,
+        agent: Agent,
+        call_id: str,
+        status: str,
+        inbox: Inbox,
+        open_now: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """Until the call ends: its result. `open_now`: its questions already waiting (their events
+        were before this request listened), relayed first."""
         asked: list[asyncio.Future[None]] = []  # forms and sampling requests relayed to the client
+        relayed: set[str] = set()
         try:
-            return await self._until_ended(caller, agent, call_id, status, inbox, asked)
+            for event in open_now or []:
+                self._relay(caller, agent, event, asked, relayed)
+            return await self._until_ended(caller, agent, call_id, status, inbox, asked, relayed)
         finally:
             for question in asked:
                 question.cancel()  # the call ended: a question still open at the client is moot
 
     async def _until_ended(
-        self, caller: Caller, agent: Agent, call_id: str, status: str, inbox: Inbox, asked: list[asyncio.Future[None]]
+        self,
+        caller: Caller,
+        agent: Agent,
+        call_id: str,
+        status: str,
+        inbox: Inbox,
+        asked: list[asyncio.Future[None]],
+        relayed: set[str],
     ) -> dict[str, Any]:
         held = status == CallStatus.AWAITING_APPROVAL
+        if held and caller.tasks:
+            return await self._as_task(caller, call_id)
         keepalive = settings.PORTAL_ENDPOINT_KEEPALIVE_SECONDS
         ticks = 0
         last_keepalive = time.monotonic()
@@ -401,6 +437,8 @@ class PortalGateway:
                 if record.finished:
                     return result_of(record.as_event(), caller.protocol_version)
                 held = record.status == CallStatus.AWAITING_APPROVAL
+                if caller.tasks and (held or record.task_running):
+                    return await self._as_task(caller, call_id)
                 continue
             if event.get("call") != call_id:
                 continue
@@ -409,6 +447,8 @@ class PortalGateway:
                 return result_of(event, caller.protocol_version)
             if kind == "approval.requested":
                 held = True
+                if caller.tasks:
+                    return await self._as_task(caller, call_id)
             elif kind in ("call.started", "approval.ended"):
                 held = False
             elif kind == "call.progress" and caller.progress:
@@ -416,6 +456,9 @@ class PortalGateway:
                 await caller.progress(event.get("progress") or 0, event.get("total"), event.get("message"))
             elif kind == "call.task" and isinstance(event.get("task"), dict):
                 task = event["task"]
+                if caller.tasks and task.get("id"):
+                    # The upstream server runs it as a task: this client may follow the portal's.
+                    return await self._as_task(caller, call_id)
                 task_news = f"Task {task.get('status')}: {task.get('message') or ''}".strip().rstrip(":")
                 if caller.progress:
                     ticks += 1
@@ -427,14 +470,117 @@ class PortalGateway:
                 return input_required(call_id, [_question(event)])
             elif kind == "sampling.requested" and "sampling" in caller.rounds:
                 return input_required(call_id, [_question(event)])
-            elif kind == "elicitation.requested" and event.get("mode") == "form" and caller.elicit:
-                asked.append(asyncio.ensure_future(self._relay_form(caller, agent, event)))
-            elif kind == "elicitation.requested" and event.get("mode") == "url" and caller.elicit_url:
-                asked.append(asyncio.ensure_future(self._relay_page(caller, agent, event)))
+            elif kind in ("elicitation.requested", "sampling.requested"):
+                self._relay(caller, agent, event, asked, relayed)
             elif kind == "elicitation.completed" and caller.elicit_done:
                 await caller.elicit_done(str(event.get("elicitation_id") or ""))
-            elif kind == "sampling.requested" and caller.sample:
-                asked.append(asyncio.ensure_future(self._relay_sampling(caller, agent, event)))
+
+    def _relay(
+        self, caller: Caller, agent: Agent, event: dict[str, Any], asked: list[asyncio.Future[None]], relayed: set[str]
+    ) -> None:
+        """A form, page or sampling request, asked of a client that declared it can answer (the
+        handshake era's requests on the call's stream), once; otherwise the browser answers."""
+        kind = event.get("type")
+        key = f"{kind}:{event.get('elicitation') or event.get('sampling')}"
+        if key in relayed:
+            return
+        if kind == "elicitation.requested" and event.get("mode") == "form" and caller.elicit:
+            asked.append(asyncio.ensure_future(self._relay_form(caller, agent, event)))
+        elif kind == "elicitation.requested" and event.get("mode") == "url" and caller.elicit_url:
+            asked.append(asyncio.ensure_future(self._relay_page(caller, agent, event)))
+        elif kind == "sampling.requested" and caller.sample:
+            asked.append(asyncio.ensure_future(self._relay_sampling(caller, agent, event)))
+        else:
+            return
+        relayed.add(key)
+
+    async def _as_task(self, caller: Caller, call_id: str) -> dict[str, Any]:
+        """The 2026 answer that leaves the call running: the task the client follows with tasks/get."""
+        record = await database_sync_to_async(_record)(call_id)
+        if record is None:
+            return tool_error("The call's record is gone.")
+        return {"resultType": "task", **await database_sync_to_async(_task_of)(record, caller)}
+
+    # -- the person's calls as MCP tasks (docs/mcp-endpoint.md, "Tasks") --
+
+    async def start_task(self, caller: Caller, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """A task-augmented call (handshake era): started as any call, as a task where the tool
+        allows one, and answered at once with its task; a call that could not even be recorded
+        (an unknown tool, the rate limit) is the tool error a plain call gets."""
+        agent: Agent = caller.agent
+        try:
+            messages.check_shape(arguments)
+        except messages.MessageError as exc:
+            return tool_error(f"The portal refused the call: {exc}")
+        came = actions.Came(via=Via.MCP, client=caller.client, access_token=agent.token)
+        try:
+            call = await database_sync_to_async(_start)(agent, caller.server, name, arguments, came, True)
+        except (Refused, limits.RateLimited) as exc:
+            return tool_error(str(exc))
+        return {"task": await database_sync_to_async(_task_of)(call, caller)}
+
+    async def get_task(self, caller: Caller, task_id: str) -> dict[str, Any]:
+        return await database_sync_to_async(_task_now)(caller, task_id)
+
+    async def task_result(self, caller: Caller, task_id: str) -> dict[str, Any]:
+        """The handshake era's tasks/result: the call's result once it ends, its questions relayed to
+        the client meanwhile (as the plain call's are); a failed or cancelled call's error."""
+        agent: Agent = caller.agent
+        async with listening(agent.user.pk) as inbox:
+            record = await database_sync_to_async(_own_task)(agent, caller.server, task_id)
+            if record is None:
+                raise _no_task()
+            if not record.finished:
+                open_now = await database_sync_to_async(_open_events)(task_id)
+                # Not _give_up on a cancelled request: the task goes on without anyone waiting for it.
+                followed = await self._follow(caller, agent, task_id, record.status, inbox, open_now)
+                record = await database_sync_to_async(_record)(task_id)
+                if record is None or not record.finished:
+                    return followed
+        outcome, answer = _outcome(record, caller.protocol_version)
+        if outcome == "error":
+            raise Refused(answer["message"], answer["code"], answer.get("data"))
+        return answer
+
+    async def cancel_task(self, caller: Caller, task_id: str) -> tuple[dict[str, Any], bool]:
+        """As the client's cancel of a plain call (_give_up): a held call is withdrawn, a running one
+        cancelled at its worker; waits a little for its end, so the answer can say `cancelled`."""
+        agent: Agent = caller.agent
+        async with listening(agent.user.pk) as inbox:
+            record = await database_sync_to_async(_own_task)(agent, caller.server, task_id)
+            if record is None:
+                raise _no_task()
+            if record.finished:
+                return await database_sync_to_async(_task_of)(record, caller), False
+            told = False
+            deadline = time.monotonic() + CANCEL_WAIT_SECONDS
+            while time.monotonic() < deadline:
+                if not told:
+                    # A call not yet claimed by a worker has none to tell: asked again until it has.
+                    told = await database_sync_to_async(_tell_to_stop)(agent, task_id)
+                await inbox.next(0.25)
+                record = await database_sync_to_async(_record)(task_id)
+                if record is None or record.finished:
+                    break
+            if record is None:
+                raise _no_task()
+            return await database_sync_to_async(_task_of)(record, caller), True
+
+    async def update_task(self, caller: Caller, task_id: str, responses: dict[str, Any]) -> None:
+        """2026 tasks/update: answers to the task's own open questions; any other key is ignored."""
+        agent: Agent = caller.agent
+        record = await database_sync_to_async(_own_task)(agent, caller.server, task_id)
+        if record is None:
+            raise _no_task()
+        asked = dict(await database_sync_to_async(_open_questions)(task_id, ALL_QUESTIONS))
+        # A key not open (answered in the browser meanwhile, or never asked) is ignored, as the spec
+        # allows; an answer that breaks its form is refused (-32602), so the client can say so.
+        await _deliver_answers(
+            agent, {k: v for k, v in responses.items() if k in asked and isinstance(v, dict)}, strict=True
+        )
+
+    async def list_tasks(self, caller: Caller, offset: int, limit: int) -> tuple[list[dict[str, Any]], int | None]:
+        return await database_sync_to_async(_task_page)(caller, offset, limit)
 
     async def _relay_form(self, caller: Caller, agent: Agent, event: dict[str, Any]) -> None:
         """A form of the upstream server, asked of the client (it declared elicitation); its answer
@@ -643,12 +789,15 @@ class PortalGateway:
 # -- on the database's thread ---------------------------------------------------------------------
 
 
-def _start(agent: Agent, only: str, name: str, arguments: dict[str, Any], came: actions.Came) -> ToolCall:
+def _start(
+    agent: Agent, only: str, name: str, arguments: dict[str, Any], came: actions.Came, as_task: bool = False
+) -> ToolCall:
     """The call a name on the endpoint stands for, started: one trip to the database (each costs a
-    thread hop and a connection check), the server found once."""
+    thread hop and a connection check), the server found once. `as_task`: the client asked for (or
+    can follow) a task, so a tool whose task support is optional runs as the server's task too."""
     server, tool = _where(agent, only, name)
     limits.take_tool_call(agent.user.pk)
-    return actions.do_start_tool_call(agent.user, server, tool, arguments, came=came)
+    return actions.do_start_tool_call(agent.user, server, tool, arguments, came=came, as_task=as_task)
 
 
 def _own_call(agent: Agent, call_id: str) -> ToolCall | None:
@@ -689,3 +838,157 @@ def _give_up(agent: Agent, call_id: str) -> None:
     except actions.AnswerError:
         return  # it ended meanwhile, or has not started: nothing to tell a worker
     actions.send_to_call(channel, {"type": "call.cancel"})
+
+
+# -- tasks, on the database's thread ----------------------------------------------------------------
+
+ALL_QUESTIONS = frozenset({"elicitation", "sampling"})
+# How long tasks/cancel waits for the call to end, so that its answer can say `cancelled`.
+CANCEL_WAIT_SECONDS = 10.0
+# A failed or cancelled call's error, where no error of the server's is relayed (a tool error).
+TASK_FAILED = -32603
+APPROVAL_WAIT = "Waiting for your approval in the MCP Portal."
+TASK_STATUS = {
+    CallStatus.SUCCEEDED: "completed",
+    CallStatus.TOOL_ERROR: "completed",
+    CallStatus.FAILED: "failed",
+    CallStatus.TIMED_OUT: "failed",
+    CallStatus.REJECTED: "failed",
+    CallStatus.INTERRUPTED: "failed",
+    CallStatus.CANCELLED: "cancelled",
+}
+
+
+def _no_task() -> Refused:
+    """Another's task id, an unknown one and a malformed one read alike: ids are not for probing."""
+    return Refused("Task not found", INVALID_PARAMS)
+
+
+def _own_task(agent: Agent, only: str, task_id: str) -> ToolCall | None:
+    """The call a task id names, if it is this credential's to see: the person's own call through
+    the endpoint, started as a task, on a server the credential may use (and on this endpoint's
+    server, for `/mcp/<server>/`). Anything else reads as no task at all."""
+    call = _own_call(agent, task_id)
+    if call is None or not call.as_task:
+        return None
+    if agent.servers is not None and (call.server_id is None or not agent.may_use(call.server_id)):
+        return None
+    if only:
+        try:
+            if _one_server(agent, only).pk != call.server_id:
+                return None
+        except Refused:
+            return None
+    return call
+
+
+def _answerable(caller: Caller) -> frozenset[str]:
+    """What this client can answer itself: the 2026 era's rounds, the handshake era's requests."""
+    if caller.protocol_version in MODERN_ERAS:
+        return caller.rounds
+    return frozenset(kind for kind, can in (("elicitation", caller.elicit), ("sampling", caller.sample)) if can)
+
+
+def _wire_time(moment: datetime | None) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z") if moment else ""
+
+
+def _outcome(call: ToolCall, era: str) -> tuple[str, dict[str, Any]]:
+    """A finished call as a task's end: ("result", CallToolResult) when it completed, else
+    ("error", JSON-RPC error): the server's own (-32042, relayed) or the call's failure in words."""
+    try:
+        shown = result_of(call.as_event(), era)
+    except Refused as exc:
+        return "error", {"code": exc.code, "message": str(exc), **({"data": exc.data} if exc.data else {})}
+    if TASK_STATUS.get(call.status) == "completed":
+        return "result", shown
+    text = next((b.get("text") for b in shown.get("content") or [] if isinstance(b, dict)), None)
+    return "error", {"code": TASK_FAILED, "message": str(text or f"The call ended {call.status}.")}
+
+
+def _task_of(call: ToolCall, caller: Caller) -> dict[str, Any]:
+    """The call as a task, as this caller sees it: its status and status line; in the 2026 era also
+    what tasks/get carries (`inputRequests`, `result`, `error`).
+
+    input_required only for a question this client can answer itself; one it cannot is the
+    person's, in the browser, and the task stays working meanwhile."""
+    upstream = call.task if isinstance(call.task, dict) else {}
+    modern = caller.protocol_version in MODERN_ERAS
+    task: dict[str, Any] = {"taskId": str(call.id), "createdAt": _wire_time(call.created_at)}
+    updated = call.finished_at or call.started_at or call.created_at
+    if call.status in TASK_STATUS:
+        status = TASK_STATUS[call.status]
+        if status == "completed":
+            message = str(upstream.get("message") or "") or (
+                "The tool answered with an error." if call.status == CallStatus.TOOL_ERROR else "Done."
+            )
+        else:
+            message = f"{FAILED_AS.get(call.status, 'The call ended')}: {call.error or 'no reason was given.'}"
+        if modern:
+            outcome, answer = _outcome(call, caller.protocol_version)
+            if status != "cancelled":
+                task[outcome] = answer
+    else:
+        questions = _open_questions(str(call.id), ALL_QUESTIONS)
+        mine = [(key, asked) for key, asked in questions if key.partition(":")[0] in _answerable(caller)]
+        if mine:
+            status = "input_required"
+            first = mine[0][1]
+            message = f"Waiting for your answer: {first['params'].get('message') or 'a request for a model reply'}"
+            if modern:
+                task["inputRequests"] = dict(mine)
+        else:
+            status = "working"
+            if call.status == CallStatus.AWAITING_APPROVAL:
+                message = APPROVAL_WAIT
+            elif questions:
+                message = "Waiting for an answer in the MCP Portal."
+            else:
+                message = str(upstream.get("message") or "") or (
+                    "Running." if call.status == CallStatus.RUNNING else "Waiting for a worker."
+                )
+    task.update(status=status, statusMessage=message[:2000], lastUpdatedAt=_wire_time(updated))
+    return task
+
+
+def _task_now(caller: Caller, task_id: str) -> dict[str, Any]:
+    call = _own_task(caller.agent, caller.server, task_id)
+    if call is None:
+        raise _no_task()
+    return _task_of(call, caller)
+
+
+def _task_page(caller: Caller, offset: int, limit: int) -> tuple[list[dict[str, Any]], int | None]:
+    """The person's calls that came through the endpoint as tasks, newest first, as this
+    credential may see them (its servers; this endpoint's server)."""
+    agent: Agent = caller.agent
+    calls = ToolCall.objects.filter(user=agent.user, via=Via.MCP, as_task=True)
+    if agent.servers is not None:
+        calls = calls.filter(server_id__in=agent.servers)
+    if caller.server:
+        try:
+            calls = calls.filter(server=_one_server(agent, caller.server))
+        except Refused:
+            return [], None
+    page = list(calls.order_by("-created_at")[offset : offset + limit + 1])
+    following = offset + limit if len(page) > limit else None
+    return [_task_of(call, caller) for call in page[:limit]], following
+
+
+def _open_events(call_id: str) -> list[dict[str, Any]]:
+    """The call's forms and sampling requests still waiting, as the events that asked them."""
+    forms = Elicitation.objects.filter(call_id=call_id, state=ElicitationState.PENDING).order_by("created_at")
+    asks = SamplingRequest.objects.filter(call_id=call_id, state=SamplingState.PENDING).order_by("created_at")
+    return [elicitation_event(form) for form in forms] + [sampling_event(ask) for ask in asks]
+
+
+def _tell_to_stop(agent: Agent, call_id: str) -> bool:
+    """`_give_up`, saying whether anyone was told: False while the call has no worker yet."""
+    if actions.do_withdraw_waiting_call(agent.user, call_id, "The agent's client cancelled the task."):
+        return True
+    try:
+        channel = actions.do_running_call_channel(agent.user, call_id)
+    except actions.AnswerError:
+        return False  # pending, starting, or ended meanwhile
+    actions.send_to_call(channel, {"type": "call.cancel"})
+    return True

@@ -10,11 +10,12 @@ already checked the request's credential and puts what it found in the ASGI scop
 from __future__ import annotations
 
 import asyncio
+import copy
 import hashlib
 import json
 import logging
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -25,7 +26,9 @@ from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.message import ServerMessageMetadata
+from mcp_types import methods as wire
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +39,14 @@ NOT_FOUND = -32002
 # The handshake era's "open this page first, then call again" (the upstream server's, relayed).
 URL_ELICITATION_REQUIRED = -32042
 MODERN_ERAS = MODERN_PROTOCOL_VERSIONS
+
+# Tasks (docs/mcp-endpoint.md, "Tasks"): the person's call record is the task, its id the task's id.
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"  # the 2026-07-28 era's extension
+RELATED_TASK = "io.modelcontextprotocol/related-task"
+# Tasks entered the core spec at 2025-11-25; older handshake versions never hear of them.
+HANDSHAKE_TASK_VERSIONS = frozenset({"2025-11-25"})
+TASK_POLL_MS = 1000
+TASK_LIST_PAGE = 50
 
 
 class Refused(Exception):
@@ -72,6 +83,9 @@ class Caller:
     rounds: frozenset[str] = frozenset()  # "elicitation", "sampling": what the client can answer so
     answers: dict[str, dict[str, Any]] | None = None
     state: str | None = None
+    # 2026 era: the request declared the tasks extension, so a call that would keep the client
+    # waiting (held for approval, or running as the upstream server's task) may answer with a task.
+    tasks: bool = False
 
 
 class Gateway(Protocol):
@@ -92,6 +106,21 @@ class Gateway(Protocol):
     # The person's resource news, as (held, uri): what subscribe returned, and the URI that changed.
     def resource_news(self, caller: Caller) -> AsyncIterator[tuple[Any, str]]: ...
 
+    # Tasks. A task is described era-neutrally (taskId, status, statusMessage, createdAt,
+    # lastUpdatedAt; in the 2026 era also result, error, inputRequests) and shaped for the wire here.
+    # An id that is not the caller's own task raises Refused("Task not found").
+    # The handshake era's task-augmented call: {"task": <task>}, or a CallToolResult when no call
+    # could be recorded at all (an unknown tool, the rate limit).
+    async def start_task(self, caller: Caller, name: str, arguments: dict[str, Any]) -> dict[str, Any]: ...
+    async def get_task(self, caller: Caller, task_id: str) -> dict[str, Any]: ...
+    # The call's CallToolResult once it ends (Refused for a task that failed or was cancelled).
+    async def task_result(self, caller: Caller, task_id: str) -> dict[str, Any]: ...
+    # The task after the cancel, and whether it was still going when asked.
+    async def cancel_task(self, caller: Caller, task_id: str) -> tuple[dict[str, Any], bool]: ...
+    async def update_task(self, caller: Caller, task_id: str, responses: dict[str, Any]) -> None: ...
+    # One page of the person's tasks, newest first, and the next page's offset (None at the end).
+    async def list_tasks(self, caller: Caller, offset: int, limit: int) -> tuple[list[dict[str, Any]], int | None]: ...
+
 
 def _client_name(ctx: Any) -> str:
     params = ctx.session.client_params
@@ -104,7 +133,9 @@ def _client_name(ctx: Any) -> str:
     return str(headers.get("user-agent", ""))[:200]
 
 
-def _caller(ctx: Any) -> Caller:
+def _caller(ctx: Any, related_task: str | None = None) -> Caller:
+    """Who asks, and how the portal can reach their client. `related_task`: the handshake era's
+    `tasks/result` of that task, whose requests to the client say so (`_meta`, related-task)."""
     scope = ctx.request.scope if ctx.request is not None else {}
     found = scope.get(CALLER)
     if found is None:  # the mounting side always sets it; a request without one is refused
@@ -123,22 +154,28 @@ def _caller(ctx: Any) -> Caller:
         except Exception:  # noqa: BLE001 - a log line the client cannot take must not end the call
             log.debug("could not relay a log message", exc_info=True)
 
+    related = {RELATED_TASK: {"taskId": related_task}} if related_task else None
+    on_stream = ServerMessageMetadata(related_request_id=ctx.request_id)
+
     async def elicit(message: str, schema: dict[str, Any]) -> dict[str, Any]:
-        answer = await session.elicit_form(message, schema, related_request_id=ctx.request_id)
+        form = types.ElicitRequestFormParams(message=message, requested_schema=schema, _meta=related)
+        answer = await session.send_request(types.ElicitRequest(params=form), types.ElicitResult, metadata=on_stream)
         return {"action": answer.action, "content": answer.content}
 
     async def elicit_url(message: str, url: str, elicitation_id: str) -> dict[str, Any]:
-        answer = await session.elicit_url(message, url, elicitation_id, related_request_id=ctx.request_id)
+        page = types.ElicitRequestURLParams(message=message, url=url, elicitation_id=elicitation_id, _meta=related)
+        answer = await session.send_request(types.ElicitRequest(params=page), types.ElicitResult, metadata=on_stream)
         return {"action": answer.action}
 
     async def elicit_done(elicitation_id: str) -> None:
         await session.send_elicit_complete(elicitation_id, related_request_id=ctx.request_id)
 
     async def sample(params: dict[str, Any]) -> dict[str, Any]:
+        # The upstream server's own related-task names its task, not the portal's: never relayed.
+        meta = {k: v for k, v in (params.get("_meta") or {}).items() if k != RELATED_TASK} | (related or {})
+        params = {k: v for k, v in params.items() if k != "_meta"} | ({"_meta": meta} if meta else {})
         request = types.CreateMessageRequest.model_validate({"method": "sampling/createMessage", "params": params})
-        reply = await session.send_request(
-            request, types.CreateMessageResult, metadata=ServerMessageMetadata(related_request_id=ctx.request_id)
-        )
+        reply = await session.send_request(request, types.CreateMessageResult, metadata=on_stream)
         content = reply.content if not isinstance(reply.content, list) else (reply.content or [None])[0]
         text = getattr(content, "text", "") or ""
         return {"action": "approve", "text": text, "model": reply.model or ""}
@@ -146,7 +183,8 @@ def _caller(ctx: Any) -> Caller:
     capabilities = session.client_capabilities
     can_ask = session.can_send_request and capabilities is not None
     declared = {name for name in ("elicitation", "sampling") if getattr(capabilities, name, None) is not None}
-    rounds = frozenset(declared) if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS else frozenset()
+    modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+    rounds = frozenset(declared) if modern else frozenset()
     return Caller(
         agent=found.agent,
         server=found.server,
@@ -160,7 +198,12 @@ def _caller(ctx: Any) -> Caller:
         elicit_url=elicit_url if can_ask and "elicitation" in declared else None,
         elicit_done=elicit_done if can_ask and "elicitation" in declared else None,
         rounds=rounds,
+        tasks=modern and _declares_tasks(capabilities),
     )
+
+
+def _declares_tasks(capabilities: Any) -> bool:
+    return TASKS_EXTENSION in (getattr(capabilities, "extensions", None) or {})
 
 
 async def _answer(work: Awaitable[Any]) -> Any:
@@ -239,6 +282,147 @@ def _subscriptions(ctx: Any, gateway: Gateway, caller: Caller) -> tuple[dict[str
     return held, subscriber
 
 
+# -- tasks: the person's call records as MCP tasks, in both eras ---------------------------------
+
+_TASK_FIELDS = ("taskId", "status", "statusMessage", "createdAt", "lastUpdatedAt")
+# The handshake era's `capabilities.tasks`: tools/call may be task-augmented; tasks/list, tasks/cancel.
+HANDSHAKE_TASKS_CAPABILITY = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+
+
+def handshake_task(task: dict[str, Any]) -> dict[str, Any]:
+    """The 2025-11-25 `Task`. The portal keeps its records: no TTL (null is unlimited)."""
+    return {**{k: task.get(k) for k in _TASK_FIELDS}, "ttl": None, "pollInterval": TASK_POLL_MS}
+
+
+def modern_task(task: dict[str, Any]) -> dict[str, Any]:
+    """The 2026-07-28 extension's `Task` (`ttlMs`, `pollIntervalMs`); the SDK has no type for it."""
+    return {**{k: task.get(k) for k in _TASK_FIELDS}, "ttlMs": None, "pollIntervalMs": TASK_POLL_MS}
+
+
+def _tasks_era(ctx: Any) -> bool:
+    """Whether this `tasks/*` request is of the 2026 era (True) or the handshake era (False). A 2026
+    request must declare the extension (-32021, as SEP-2133 says); a handshake version older than
+    tasks has no such methods."""
+    if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+        if not _declares_tasks(ctx.session.client_capabilities):
+            data = types.MissingRequiredClientCapabilityErrorData(
+                required_capabilities=types.ClientCapabilities(extensions={TASKS_EXTENSION: {}})
+            )
+            raise MCPError(
+                types.MISSING_REQUIRED_CLIENT_CAPABILITY,
+                f"Client did not declare required extension {TASKS_EXTENSION!r}",
+                data.model_dump(by_alias=True, mode="json", exclude_none=True),
+            )
+        return True
+    if ctx.protocol_version not in HANDSHAKE_TASK_VERSIONS:
+        raise MCPError(types.METHOD_NOT_FOUND, "Method not found", ctx.method)
+    return False
+
+
+class UpdateTaskRequestParams(types.RequestParams):
+    """2026-07-28 `tasks/update`: answers to the task's `inputRequests`, keyed as they were asked."""
+
+    task_id: str
+    input_responses: dict[str, Any]
+
+
+def _serve_tasks(server: Server[Any], gateway: Gateway) -> None:
+    """The `tasks/*` requests of both eras, and the handshake era's task-augmented `tools/call`.
+
+    The SDK (2.3.0) defines the task types but serves none of them, so they are bound here, as the
+    demo server binds its own (sessions/mcp/demo_tasks.py): `tasks/*` are not spec methods to the
+    runner, so they are plain request handlers; a 2026 `tools/call` answers `resultType: "task"`
+    from its handler (a claimed shape the runner passes through); the handshake era's
+    CreateTaskResult needs a middleware, since the runner sieves a 2025-11-25 `tools/call` result
+    through CallToolResult.
+    """
+
+    async def get(ctx: Any, params: types.GetTaskRequestParams) -> dict[str, Any]:
+        modern = _tasks_era(ctx)
+        task = await _answer(gateway.get_task(_caller(ctx), params.task_id))
+        if not modern:
+            return handshake_task(task)  # GetTaskResult: the Task's fields at the top level
+        detailed = modern_task(task)
+        if "result" in task:
+            complete = {"resultType": "complete", **task["result"]}
+            detailed["result"] = wire.serialize_server_result("tools/call", ctx.protocol_version, complete)
+        for key in ("error", "inputRequests"):
+            if key in task:
+                detailed[key] = task[key]
+        return detailed
+
+    async def result(ctx: Any, params: types.GetTaskPayloadRequestParams) -> dict[str, Any]:
+        if _tasks_era(ctx):  # 2026: tasks/get carries the result
+            raise MCPError(types.METHOD_NOT_FOUND, "Method not found", ctx.method)
+        found = await _answer(gateway.task_result(_caller(ctx, related_task=params.task_id), params.task_id))
+        meta = found.get("_meta") if isinstance(found.get("_meta"), dict) else {}
+        return {**found, "_meta": {**meta, RELATED_TASK: {"taskId": params.task_id}}}
+
+    async def cancel(ctx: Any, params: types.CancelTaskRequestParams) -> dict[str, Any]:
+        modern = _tasks_era(ctx)
+        task, going = await _answer(gateway.cancel_task(_caller(ctx), params.task_id))
+        if modern:
+            return {}  # an acknowledgement; the task's end is for tasks/get to say
+        if not going:
+            raise MCPError(INVALID_PARAMS, f"Cannot cancel task: it is already {task.get('status')}", params.task_id)
+        return handshake_task(task)  # CancelTaskResult
+
+    async def update(ctx: Any, params: UpdateTaskRequestParams) -> dict[str, Any]:
+        if not _tasks_era(ctx):
+            raise MCPError(types.METHOD_NOT_FOUND, "Method not found", ctx.method)
+        await _answer(gateway.update_task(_caller(ctx), params.task_id, dict(params.input_responses)))
+        return {}
+
+    async def listed(ctx: Any, params: types.PaginatedRequestParams) -> dict[str, Any]:
+        if _tasks_era(ctx):  # the 2026 extension has no tasks/list
+            raise MCPError(types.METHOD_NOT_FOUND, "Method not found", ctx.method)
+        cursor = params.cursor or "0"
+        if not cursor.isdigit() or len(cursor) > 9:
+            raise MCPError(INVALID_PARAMS, "Invalid cursor")
+        tasks, following = await _answer(gateway.list_tasks(_caller(ctx), int(cursor), TASK_LIST_PAGE))
+        page: dict[str, Any] = {"tasks": [handshake_task(task) for task in tasks]}
+        if following is not None:
+            page["nextCursor"] = str(following)
+        return page
+
+    async def handshake(ctx: Any, call_next: Any) -> Any:
+        """The 2025-11-25 wire: `capabilities.tasks` at initialize, and a task-augmented `tools/call`
+        answered with CreateTaskResult (a middleware that answers without `call_next` owns its
+        result; every other request goes through)."""
+        if ctx.method == "initialize":
+            answer = await call_next(ctx)
+            if isinstance(answer, dict) and answer.get("protocolVersion") in HANDSHAKE_TASK_VERSIONS:
+                answer.setdefault("capabilities", {})["tasks"] = copy.deepcopy(HANDSHAKE_TASKS_CAPABILITY)
+            return answer
+        params = ctx.params
+        if (
+            ctx.method == "tools/call"
+            and ctx.protocol_version in HANDSHAKE_TASK_VERSIONS
+            and isinstance(params, Mapping)
+            and params.get("task") is not None
+            # Before the handshake the runner's own gate must answer, so let the request through to it.
+            and ctx.session.client_params is not None
+        ):
+            try:  # answering here skips the runner's validation of the params: so validate as it would
+                call = types.CallToolRequestParams.model_validate(params, by_name=False)
+            except ValidationError:
+                raise MCPError(INVALID_PARAMS, "Invalid request parameters", "") from None
+            started = await _answer(gateway.start_task(_caller(ctx), call.name, dict(call.arguments or {})))
+            if isinstance(started.get("task"), dict):
+                return {"task": handshake_task(started["task"])}
+            return started  # no call could be recorded: the tool error, as a plain call gets it
+        return await call_next(ctx)
+
+    server.add_request_handler("tasks/get", types.GetTaskRequestParams, get)
+    server.add_request_handler("tasks/result", types.GetTaskPayloadRequestParams, result)
+    server.add_request_handler("tasks/cancel", types.CancelTaskRequestParams, cancel)
+    server.add_request_handler("tasks/update", UpdateTaskRequestParams, update)
+    server.add_request_handler("tasks/list", types.PaginatedRequestParams, listed)
+    server.middleware.append(handshake)
+    # Advertised at `server/discover` (2026); the handshake era's `capabilities.tasks` is the middleware's.
+    server.extensions[TASKS_EXTENSION] = {}
+
+
 class _Server(Server[Any]):
     def create_initialization_options(self, notification_options: Any = None, *args: Any, **kwargs: Any) -> Any:
         # The handshake-era tool list changes are sent (_watch), so the capability says so.
@@ -270,6 +454,9 @@ def build_server(
         result = await _answer(gateway.call_tool(caller, params.name, dict(params.arguments or {})))
         if result.get("resultType") == "input_required":
             return types.InputRequiredResult.model_validate(result)
+        if result.get("resultType") == "task" and caller.tasks:
+            # The extension's own result shape, which the runner passes through unsieved.
+            return {"resultType": "task", **modern_task(result)}  # type: ignore[return-value]
         return types.CallToolResult.model_validate(result)
 
     async def list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
@@ -321,7 +508,7 @@ def build_server(
     with warnings.catch_warnings():
         # logging/setLevel is deprecated in the 2026 era; handshake-era clients still send it.
         warnings.simplefilter("ignore", MCPDeprecationWarning)
-        return _Server(
+        server = _Server(
             name,
             version=version,
             instructions=instructions,
@@ -341,6 +528,8 @@ def build_server(
             on_unsubscribe_resource=unsubscribe,
             on_set_logging_level=set_level,
         )
+    _serve_tasks(server, gateway)
+    return server
 
 
 @dataclass
