@@ -13,6 +13,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.core.cache import cache
 from django.db import DatabaseError, close_old_connections
+from django.db.models import Q
 from django.utils import timezone
 
 from .. import actions, affinity, queue
@@ -148,11 +149,15 @@ class Sweeper:
         for gone in set(self.missing_since) - workers:
             del self.missing_since[gone]
         stale = timezone.now() - timedelta(seconds=settings.PORTAL_PENDING_RESEND_SECONDS)
-        for call_id in ToolCall.objects.filter(status=CallStatus.PENDING, created_at__lt=stale).values_list(
-            "pk", flat=True
-        )[:100]:
+        # A task call a stopping worker handed back (pending, unrouted, with its task's id): that
+        # worker's own send may have reached a worker stopping too, which drops it, so it goes again
+        # at the heartbeat's pace, not after minutes.
+        handed_back = Q(worker="", task__has_key="id")
+        waiting = ToolCall.objects.filter(Q(created_at__lt=stale) | handed_back, status=CallStatus.PENDING)
+        for call_id, task in waiting.values_list("pk", "task")[:100]:
             key = str(call_id)
-            if now - self.resent.get(key, -1e9) < settings.PORTAL_PENDING_RESEND_SECONDS:
+            every = ttl if task_running(task) else settings.PORTAL_PENDING_RESEND_SECONDS
+            if now - self.resent.get(key, -1e9) < every:
                 continue
             self._resend(key, now)
             done["resent"] += 1
