@@ -1,15 +1,6 @@
 // History: a running call can be cancelled here too (after a reload, from another tab), and its row
 // follows the call to its end.
-import { connect, h } from "./ws.js";
-
-const LABELS = {
-  succeeded: "Succeeded",
-  tool_error: "Tool error",
-  failed: "Failed",
-  timed_out: "Timed out",
-  rejected: "Rejected",
-  cancelled: "Cancelled",
-};
+import { CALL_STATUS_LABELS, connect, h } from "./ws.js";
 
 function cell(callId) {
   return document.querySelector(`td.call-status[data-call="${CSS.escape(callId)}"]`);
@@ -18,7 +9,7 @@ function cell(callId) {
 const socket = connect({
   onEvent(event) {
     if (event.type === "call.ended" && cell(event.call)) {
-      cell(event.call).replaceChildren(h("span", { class: `badge status-${event.status}`, text: LABELS[event.status] || event.status }),
+      cell(event.call).replaceChildren(h("span", { class: `badge status-${event.status}`, text: CALL_STATUS_LABELS[event.status] || event.status }),
         event.error ? h("span", { class: "muted small", text: ` ${event.error.slice(0, 80)}` }) : null);
       document.querySelector(`button[data-cancel="${CSS.escape(event.call)}"]`)?.remove();
     } else if (event.type === "cancel.sent" && cell(event.call)) {

@@ -1,4 +1,4 @@
-import { connect, h } from "./ws.js";
+import { TASK_STATUSES, connect, h } from "./ws.js";
 import { buildForm, FieldError, nonFinite, showErrors } from "./schema-form.js";
 import { nextRef, renderResourceContents } from "./content.js";
 import { renderDiff } from "./diff.js";
@@ -286,7 +286,6 @@ function onCallEvent(event) {
 
 // The call's MCP task, as the worker last saw it: its status, the server's status message and its id.
 // All of it comes from the server, so it goes in as text only.
-const TASK_STATUSES = new Set(["working", "input_required", "completed", "failed", "cancelled"]);
 
 function showTask(task) {
   const line = $("task-status");

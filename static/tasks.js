@@ -1,17 +1,6 @@
 // Tasks: each row follows its task (`call.task`) and its call (`call.ended`) as they change, in any tab.
 // The status message is the server's: it goes in as text only.
-import { connect, h } from "./ws.js";
-
-const CALL_LABELS = {
-  succeeded: "Succeeded",
-  tool_error: "Tool error",
-  failed: "Failed",
-  timed_out: "Timed out",
-  rejected: "Rejected",
-  cancelled: "Cancelled",
-  interrupted: "Interrupted",
-};
-const TASK_STATUSES = new Set(["working", "input_required", "completed", "failed", "cancelled"]);
+import { CALL_STATUS_LABELS, TASK_STATUSES, connect, h } from "./ws.js";
 
 function row(callId) {
   return document.querySelector(`tr[data-call="${CSS.escape(String(callId))}"]`);
@@ -39,7 +28,7 @@ connect({
     showTask(tr, event.task);
     if (event.type === "call.ended") {
       tr.querySelector("td.call-state").replaceChildren(
-        h("span", { class: `badge status-${event.status}`, text: CALL_LABELS[event.status] || String(event.status) }));
+        h("span", { class: `badge status-${event.status}`, text: CALL_STATUS_LABELS[event.status] || String(event.status) }));
     }
   },
 });

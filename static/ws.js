@@ -1,3 +1,16 @@
+// A call's status as the pages name it (the records' own labels, sessions/models.py CallStatus).
+export const CALL_STATUS_LABELS = {
+  succeeded: "Succeeded",
+  tool_error: "Tool error",
+  failed: "Failed",
+  timed_out: "Timed out",
+  rejected: "Rejected",
+  cancelled: "Cancelled",
+  interrupted: "Interrupted",
+};
+// An MCP task's statuses (docs/tasks-and-apps.md); anything else a server says is shown as unknown.
+export const TASK_STATUSES = new Set(["working", "input_required", "completed", "failed", "cancelled"]);
+
 // The playground WebSocket: reconnects with backoff and queues messages sent while it is down.
 export function connect({ onEvent, onStatus }) {
   let socket = null;
