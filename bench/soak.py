@@ -281,6 +281,10 @@ def markdown(result: dict[str, Any]) -> str:
         f"| faults injected | {_pairs(result['faults_injected'])} |",
         f"| **records lost** | **{result['records_lost']}** ({_pairs(result['lost_detail'])}) |",
     ]
+    if result["unended_rows"]:
+        # What a lost call was doing, to find it in the logs (--logs): id, tool, status, worker, times.
+        lines += ["", "Never ended (id, tool, status, worker, created, started):"]
+        lines += [f"- {' '.join(row)}" for row in result["unended_rows"]]
     return "\n".join(lines)
 
 

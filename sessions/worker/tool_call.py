@@ -2,7 +2,9 @@
 
 The live tool list is checked against the call (the permission on the live definition, the schema),
 the conversation runs the call (sessions/worker/conversation.py), and the outcome is cut to size,
-scrubbed and written through a database that may be restarting.
+scrubbed and written. Once claimed, a call has only its worker to end it (the sweep ends the calls
+of dead workers only), so each database step after the claim waits out a restart of the database
+(`_durably`), and anything else that breaks ends the call with what broke.
 """
 
 from __future__ import annotations
@@ -12,7 +14,8 @@ import functools
 import json
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -37,6 +40,7 @@ from . import conversation, runtime
 log = logging.getLogger(__name__)
 
 MAX_RECORDED_PROGRESS = 200
+T = TypeVar("T")
 
 
 def execute_tool_call(call_id: str) -> None:
@@ -98,21 +102,32 @@ def _claim(call_id: str, channel: str) -> tuple[ToolCall, credentials.Prepared |
     close_old_connections()  # what a request does for a view: drop a broken or too old connection
     if not actions.do_claim_tool_call(call_id, WORKER_NAME, channel):
         return None
-    call = _load_durably(call_id)
+    call = _durably(call_id, "read", lambda: _CLAIMED.get(pk=call_id))
+    try:
+        # Through a restart of the database, as the claim and the end are; anything else that
+        # breaks here ends the call with what broke (nothing else ends a claimed call while this
+        # worker lives: the sweep ends only the calls of workers that died).
+        return call, _durably(call_id, "prepare", lambda: _prepare(call))
+    except Exception as exc:  # noqa: BLE001 - the record must end, whatever broke
+        log.exception("tool call %s could not be prepared", call_id)
+        return call, CallOutcome(CallStatus.FAILED, failure=_broke(exc))
+
+
+def _prepare(call: ToolCall) -> credentials.Prepared | CallOutcome:
     if not call.decision:
         # Only do_start_tool_call records a decision: anything else that queued a call is refused.
         reason = "The call has no permission decision: it did not come through the portal's check."
-        return call, CallOutcome(CallStatus.REJECTED, failure=Failure("unchecked", reason))
+        return CallOutcome(CallStatus.REJECTED, failure=Failure("unchecked", reason))
     try:
         server = check_usable(call.server)
     except ServerUnusable as exc:
-        return call, CallOutcome(CallStatus.REJECTED, failure=Failure(exc.kind, exc.message))
+        return CallOutcome(CallStatus.REJECTED, failure=Failure(exc.kind, exc.message))
     prepared = credentials.prepare(server, call.user_id)
     if prepared.failure is not None:
-        return call, credentials.settle(
+        return credentials.settle(
             server, call.user_id, prepared, CallOutcome(CallStatus.FAILED, failure=prepared.failure)
         )
-    return call, prepared
+    return prepared
 
 
 def _end(
@@ -147,12 +162,13 @@ def _end(
     except Exception as exc:  # noqa: BLE001 - the record must end, whatever broke
         if exc is not broke:
             log.exception("tool call %s failed inside the worker", call_id)
-        ending = {
-            "status": CallStatus.FAILED,
-            "error": f"The worker failed: {type(exc).__name__}: {exc}",
-            "error_kind": "internal",
-        }
+        failure = _broke(exc)
+        ending = {"status": CallStatus.FAILED, "error": failure.message, "error_kind": failure.kind}
     return _finish_durably(call_id, call, ending)
+
+
+def _broke(exc: Exception) -> Failure:
+    return Failure("internal", f"The worker failed: {type(exc).__name__}: {exc}")
 
 
 FINISH_ATTEMPTS = 30
@@ -166,18 +182,22 @@ def _pause_for_restart(call_id: str, attempt: int, doing: str) -> None:
     time.sleep(1.0)
 
 
-def _load_durably(call_id: str) -> ToolCall:
-    """The call this worker has just claimed, read through a database that may be restarting: once
-    claimed, nothing else ends it while this worker lives, so giving up here would leave it running."""
-    # The server's recorded tool list is left out: the live one is listed below (see _record_tools).
-    found = ToolCall.objects.select_related("server__team__policy", "server__oauth", "user").defer("server__tools")
+# The call just claimed, with what deciding and connecting read. The server's recorded tool list
+# is left out: the live one is listed (see _record_tools).
+_CLAIMED = ToolCall.objects.select_related("server__team__policy", "server__oauth", "user").defer("server__tools")
+
+
+def _durably(call_id: str, doing: str, step: Callable[[], T]) -> T:
+    """A step of a call this worker has claimed, through a database that may be restarting: once
+    claimed, nothing else ends it while this worker lives, so giving up at the first cut connection
+    would leave it running."""
     for attempt in range(1, FINISH_ATTEMPTS + 1):
         try:
-            return found.get(pk=call_id)
+            return step()
         except (OperationalError, InterfaceError):
             if attempt == FINISH_ATTEMPTS:
                 raise
-            _pause_for_restart(call_id, attempt, "read")
+            _pause_for_restart(call_id, attempt, doing)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -344,7 +364,8 @@ async def _call_prepared(
     except TimeoutError:
         failure = Failure("timeout", f"the worker gave up after {backstop.seconds:g} s")
         return CallOutcome(CallStatus.TIMED_OUT, failure=failure)
-    tools = _recorded(key, tools) or await runtime.in_thread(_record_tools, server, key, tools, prepared.scrub)
+    record = functools.partial(_record_tools, server, key, tools, prepared.scrub)
+    tools = _recorded(key, tools) or await runtime.in_thread(_durably, call_id, "record the tools for", record)
     tool = next((t for t in tools if t.get("name") == call.tool), None)
     if tool is None:
         return CallOutcome(
@@ -354,7 +375,8 @@ async def _call_prepared(
     if errors:
         failure = Failure("invalid_arguments", "The arguments do not match the tool's schema.")
         return CallOutcome(CallStatus.REJECTED, failure=failure, errors=errors)
-    gate = await runtime.in_thread(actions.do_check_tool_call, call, tool)
+    check = functools.partial(actions.do_check_tool_call, call, tool)
+    gate = await runtime.in_thread(_durably, call_id, "check", check)
     call.decision = gate.decision
     if gate.waiting:
         return None

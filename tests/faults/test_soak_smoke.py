@@ -29,7 +29,7 @@ def test_a_short_soak_with_every_fault_loses_nothing(tmp_path):
         # Half a minute, or longer until every fault has had its turn: on a loaded machine the
         # restarts take longer, and the run waits for them rather than leaving one out.
         [sys.executable, "-m", "bench.soak", "--minutes", "0.5", "--users", "3", "--fault-every", "3.5"]
-        + ["--every-fault-once", "--out", str(out)],
+        + ["--every-fault-once", "--out", str(out), "--logs", str(tmp_path / "logs")],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -37,9 +37,24 @@ def test_a_short_soak_with_every_fault_loses_nothing(tmp_path):
         timeout=600,
         check=False,
     )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:] + lost_calls_in_logs(out, tmp_path / "logs")
     result = json.loads(out.read_text())
     assert result["records_lost"] == 0, result
     assert result["calls_accepted"] > 0 and result["records"] >= result["calls_accepted"]
     injected = set(result["faults_injected"])
     assert {"kill_worker", "restart_redis", "restart_postgres", "kill_http_server", "kill_stdio_servers"} <= injected
+
+
+def lost_calls_in_logs(out, logs) -> str:
+    """The portal's log lines about each call that never ended: where it stopped."""
+    if not out.exists():
+        return ""
+    ids = [row[0] for row in json.loads(out.read_text())["unended_rows"]]
+    lines = [
+        f"{path.name}: {line}"
+        for path in sorted(logs.glob("*"))
+        if path.is_file()
+        for line in path.read_text(errors="replace").splitlines()
+        if any(call_id in line for call_id in ids)
+    ]
+    return "\n" + "\n".join(lines[-40:])
