@@ -14,29 +14,9 @@ from typing import Any
 from servers.models import Server
 
 from .actions import Came
+from .mcp.apps import callable_by_apps, resource_uri
 from .messages import MessageError
 from .models import Via
-
-APP_MIME_TYPE = "text/html;profile=mcp-app"
-
-
-def resource_uri(tool: Mapping[str, Any]) -> str:
-    """The `ui://` resource a tool names as its app, or ""."""
-    meta = tool.get("_meta")
-    if not isinstance(meta, Mapping):
-        return ""
-    ui = meta.get("ui")
-    uri = ui.get("resourceUri") if isinstance(ui, Mapping) else None
-    uri = uri if isinstance(uri, str) else meta.get("ui/resourceUri")
-    return uri if isinstance(uri, str) and uri.startswith("ui://") else ""
-
-
-def callable_by_apps(tool: Mapping[str, Any]) -> bool:
-    """The extension's `visibility`: ["model", "app"] unless the tool says otherwise."""
-    meta = tool.get("_meta")
-    ui = meta.get("ui") if isinstance(meta, Mapping) else None
-    visibility = ui.get("visibility") if isinstance(ui, Mapping) else None
-    return not isinstance(visibility, list) or "app" in visibility
 
 
 def refusal(tools: list[Any], app: str, tool: str) -> str:

@@ -36,6 +36,7 @@ from servers.policy import ASK, DENY
 from . import actions, events, limits, messages, queue
 from .access_tokens import Agent
 from .live import elicitation_event, sampling_event
+from .mcp.apps import shown_to_models
 from .mcp.endpoint import INVALID_PARAMS, MODERN_ERAS, NOT_FOUND, URL_ELICITATION_REQUIRED, Caller, Refused
 from .mcp.naming import SEPARATOR, endpoint_names, normalize_name
 from .models import (
@@ -105,10 +106,11 @@ def _shown(definition: dict[str, Any], name: str, effect: str) -> dict[str, Any]
     return tool
 
 
-def _tools_for(agent: Agent, only: str) -> list[Listed]:
+def _tools_for(agent: Agent, only: str, apps: bool = False) -> list[Listed]:
     """What the person may call: denied tools are left out, tools that ask are listed (saying so).
     A tool that runs only as an MCP task is listed as a plain tool: the worker runs its task, and
-    the agent's call waits for the result like any long call (docs/tasks-and-apps.md)."""
+    the agent's call waits for the result like any long call (docs/tasks-and-apps.md). An app-only
+    tool is listed only to a client that renders apps (`apps`): it is not the model's to call."""
     listed = []
     for named in _servers_of(agent):
         if only and named.path != only:
@@ -117,6 +119,8 @@ def _tools_for(agent: Agent, only: str) -> list[Listed]:
         tools = [t for t in server.tools if isinstance(t, dict) and t.get("name")]
         names = endpoint_names(named.path, [str(t["name"]) for t in tools])
         for tool in tools:
+            if not apps and not shown_to_models(tool):
+                continue
             decision = decide_for(server, agent.user.pk, tool["name"], tool)
             if decision.effect == DENY:
                 continue
@@ -313,7 +317,7 @@ class PortalGateway:
         unlisted = await database_sync_to_async(_unlisted)(agent, caller.server) if live else []
         if unlisted:
             await self._list_live(agent, unlisted)
-        found = await database_sync_to_async(_tools_for)(agent, caller.server)
+        found = await database_sync_to_async(_tools_for)(agent, caller.server, caller.apps)
         return [listed.definition for listed in found]
 
     async def _list_live(self, agent: Agent, servers: list[Server]) -> None:

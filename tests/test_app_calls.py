@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from servers.models import Effect, PermissionRule, Server
-from sessions.app_calls import refusal, resource_uri
+from sessions.app_calls import refusal
+from sessions.mcp.apps import resource_uri
 from sessions.models import AuditEvent, ToolCall, Via
 from tests.ws import Playground, run, session_cookie
 

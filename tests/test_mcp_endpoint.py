@@ -277,6 +277,42 @@ def test_a_token_limited_to_some_servers_reaches_only_those(portal, alice, demo)
     assert refused.status_code == 404
 
 
+@pytest.mark.parametrize("mode", ERAS)
+def test_an_app_only_tool_is_offered_only_to_a_client_that_renders_apps(portal, alice, demo, mode):
+    """MCP Apps' `visibility: ["app"]`: the tool is its app's, not the model's (audience, not
+    permission). The handshake era's list says every tool may run as a task (the portal runs it)."""
+    from mcp.client.extension import advertise
+
+    from servers.models import Effect, PermissionRule, Server
+
+    app = {"resourceUri": "ui://charts/app.html"}
+    Server.objects.create(
+        team=demo.team,
+        name="charts",
+        transport="stdio",
+        command="x",
+        created_by=alice,
+        tools_listed_at=timezone.now(),
+        tools=[
+            {"name": "chart", "inputSchema": {"type": "object"}, "_meta": {"ui": app}},
+            {"name": "refresh", "inputSchema": {"type": "object"}, "_meta": {"ui": {**app, "visibility": ["app"]}}},
+        ],
+    )
+    PermissionRule.objects.create(team=demo.team, pattern="mcp__charts", effect=Effect.ALLOW)
+    token, url = token_for(alice), f"{portal.url}/mcp/charts/"
+
+    async def work(client):
+        return await client.list_tools()
+
+    to_a_model = run(url, token, mode, work)
+    renders = advertise("io.modelcontextprotocol/ui", {"mimeTypes": ["text/html;profile=mcp-app"]})
+    to_an_app_host = run(url, token, mode, work, extensions=[renders])
+    assert names(to_a_model) == ["chart"]
+    assert names(to_an_app_host) == ["chart", "refresh"]
+    if mode == "legacy":
+        assert {tool.execution.task_support for tool in to_a_model.tools} == {"optional"}
+
+
 def test_a_revoked_token_is_refused_at_once(portal, alice, demo):
     from sessions.access_tokens import do_create_token, do_revoke_token
 

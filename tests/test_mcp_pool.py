@@ -264,3 +264,15 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return "State:\tZ" not in state
+
+
+def test_the_client_declares_it_renders_apps_and_follows_tasks(pool):
+    """The portal's client says what it can do on every 2026 request: render MCP Apps (the
+    playground's sandboxed frame, so a server may offer the tools that carry one) and follow tasks."""
+    config = stdio_demo()
+    outcome = pool.run(pool.call_tool(ConnectionKey.for_owner(1, config, "user:1"), config, "echo", {"message": "a"}))
+    sent = outcome.exchange[0]["message"]
+    assert sent["method"] == "tools/call"
+    declared = sent["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"]["extensions"]
+    assert declared["io.modelcontextprotocol/ui"] == {"mimeTypes": ["text/html;profile=mcp-app"]}
+    assert "io.modelcontextprotocol/tasks" in declared

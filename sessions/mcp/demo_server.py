@@ -54,6 +54,7 @@ from mcp.types import (
 )
 from pydantic import BaseModel, Field
 
+from .apps import APP_MIME_TYPE
 from .demo_tasks import Tasks, Work, current_task
 
 # Tells this process from other copies of the server even where each is PID 2 of its own sandbox.
@@ -800,7 +801,7 @@ CHART_APP = """<!DOCTYPE html>
     name="chart-app",
     title="Numbers chart (an MCP App)",
     description="The chart tool's app: HTML the playground renders in a sandbox.",
-    mime_type="text/html;profile=mcp-app",
+    mime_type=APP_MIME_TYPE,
     meta={"ui": {"prefersBorder": True}},
 )
 def chart_app() -> str:

@@ -30,6 +30,8 @@ from mcp_types import methods as wire
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
+from .apps import EXTENSION as APPS_EXTENSION
+
 log = logging.getLogger(__name__)
 
 CALLER = "portal.caller"
@@ -86,6 +88,8 @@ class Caller:
     # 2026 era: the request declared the tasks extension, so a call that would keep the client
     # waiting (held for approval, or running as the upstream server's task) may answer with a task.
     tasks: bool = False
+    # The client renders MCP Apps (it declared their extension): it is offered app-only tools too.
+    apps: bool = False
 
 
 class Gateway(Protocol):
@@ -198,12 +202,13 @@ def _caller(ctx: Any, related_task: str | None = None) -> Caller:
         elicit_url=elicit_url if can_ask and "elicitation" in declared else None,
         elicit_done=elicit_done if can_ask and "elicitation" in declared else None,
         rounds=rounds,
-        tasks=modern and _declares_tasks(capabilities),
+        tasks=modern and _declares(capabilities, TASKS_EXTENSION),
+        apps=_declares(capabilities, APPS_EXTENSION),
     )
 
 
-def _declares_tasks(capabilities: Any) -> bool:
-    return TASKS_EXTENSION in (getattr(capabilities, "extensions", None) or {})
+def _declares(capabilities: Any, extension: str) -> bool:
+    return extension in (getattr(capabilities, "extensions", None) or {})
 
 
 async def _answer(work: Awaitable[Any]) -> Any:
@@ -304,7 +309,7 @@ def _tasks_era(ctx: Any) -> bool:
     request must declare the extension (-32021, as SEP-2133 says); a handshake version older than
     tasks has no such methods."""
     if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
-        if not _declares_tasks(ctx.session.client_capabilities):
+        if not _declares(ctx.session.client_capabilities, TASKS_EXTENSION):
             data = types.MissingRequiredClientCapabilityErrorData(
                 required_capabilities=types.ClientCapabilities(extensions={TASKS_EXTENSION: {}})
             )
@@ -439,6 +444,9 @@ def build_server(
         caller = _caller(ctx)
         tools = await _answer(gateway.list_tools(caller))
         _watch(ctx, gateway, caller, tools, watch_every)
+        if caller.protocol_version in HANDSHAKE_TASK_VERSIONS:
+            # Any tool may be called as a task here: the portal runs the call, an upstream task too.
+            tools = [{**tool, "execution": {"taskSupport": "optional"}} for tool in tools]
         return types.ListToolsResult.model_validate({"tools": tools})
 
     async def call_tool(

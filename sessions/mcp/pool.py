@@ -29,9 +29,11 @@ from typing import Any, TypeVar
 
 import anyio
 from mcp import Client, types
+from mcp.client.extension import advertise
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST
 
+from . import apps
 from .config import MODERN_VERSION, ConnectionKey, Negotiated, ServerConfig
 from .errors import (
     diagnose,
@@ -363,7 +365,8 @@ class Connection:
             logging_callback=self._on_log,
             log_level=config.log_level or None,  # type: ignore[arg-type]
             cache=None,  # the pool caches lists itself, per connection
-            extensions=[TasksExtension(self._follow_created)],
+            # The playground renders MCP Apps, so a server may offer the tools that carry one.
+            extensions=[TasksExtension(self._follow_created), advertise(apps.EXTENSION, apps.CLIENT_SETTINGS)],
         )
 
     def _serving(self, params: Any = None) -> CallHooks | None:
