@@ -30,8 +30,9 @@ def approve(authorization_url: str, username: str, decision: str = "allow") -> s
     return f"{location.path}?{location.query}"
 
 
-def stats(base: str) -> dict[str, int]:
-    return httpx.get(f"{base}/_stats", timeout=10).json()
+def stats(base: str, token: str | None = None) -> dict[str, int]:
+    """What the authorization server counted; with `token`, only the MCP requests that bore it."""
+    return httpx.get(f"{base}/_stats", params={"token": token} if token else None, timeout=10).json()
 
 
 def control(base: str, **changes) -> None:

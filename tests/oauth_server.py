@@ -37,6 +37,9 @@ STATE: dict[str, Any] = {
     "access": {},  # token -> {user, scope, expires}
     "refresh": {},  # token -> {user, scope, client_id}
     "stats": Counter(),
+    # Requests let in, by the access token they bore: other tests' connections still hold tokens of
+    # their own, so a test asks after its own token's (`/_stats?token=`).
+    "used": Counter(),
     "control": {
         "expires_in": 3600,
         "refresh_error": None,
@@ -201,6 +204,9 @@ async def token(request: Request) -> Response:
 
 
 async def stats(request: Request) -> Response:
+    token = request.query_params.get("token")
+    if token is not None:
+        return JSONResponse({"mcp_ok": STATE["used"][token]})
     return JSONResponse(dict(STATE["stats"]))
 
 
@@ -229,6 +235,7 @@ class BearerGate:
             STATE["stats"]["mcp_401"] += 1
             return await Response("unauthorized", 401, headers={"WWW-Authenticate": challenge})(scope, receive, send)
         STATE["stats"]["mcp_ok"] += 1
+        STATE["used"][auth[7:]] += 1
         chunks = []
         more = True
         while more and scope["method"] == "POST":

@@ -56,17 +56,22 @@ def test_a_refused_refresh_means_connect_again_and_is_not_retried(
     alice, oauth_server, oauth_base, connected, error, status
 ):
     control(oauth_base, refresh_error=error, refresh_status=status)
+    token = connected.open_json()["tokens"]["access_token"]  # the server would still take it
     expire_stored_token(connected)
     ended = call(alice, oauth_server, "whoami")
     assert ended["status"] == "failed" and ended["error_kind"] == "needs_auth", ended
     connected.refresh_from_db()
     assert not connected.has_tokens and "invalid_grant" in connected.last_error
 
-    # Known to need authorization: the next call does not even ask the server.
-    before = stats(oauth_base)
+    # Known to need authorization: the next call does not even ask the server, with the old token
+    # or without one. (Connections of earlier tests still hold valid tokens of their own, and may
+    # use them meanwhile: the server's whole count of requests let in is not this call's.)
+    before, before_with_token = stats(oauth_base), stats(oauth_base, token)
     again = call(alice, oauth_server, "whoami")
     assert again["error_kind"] == "needs_auth"
-    assert stats(oauth_base) == before
+    assert stats(oauth_base, token) == before_with_token
+    after = stats(oauth_base)
+    assert {k: v for k, v in after.items() if k != "mcp_ok"} == {k: v for k, v in before.items() if k != "mcp_ok"}
 
     control(oauth_base, refresh_error=None)
     connect(logged_in(alice), oauth_server.pk, "alice-at-idp")
