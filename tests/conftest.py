@@ -377,6 +377,32 @@ def demo_server(alice):
     )
 
 
+# The reference server @modelcontextprotocol/server-everything (TypeScript SDK), from `make test-servers`.
+EVERYTHING = ROOT / "tests/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
+EVERYTHING_MISSING = "server-everything is not installed: run `make test-servers`"
+
+
+@pytest.fixture
+def everything(alice):
+    """server-everything over stdio, registered for Acme with its tools allowed: they carry no
+    annotations, so the default policy would ask before each, which is not what these tests are about."""
+    from servers.models import Effect, PermissionRule, Server
+
+    team = alice.memberships.get().team
+    server = Server.objects.create(
+        team=team,
+        name="everything",
+        transport="stdio",
+        command=NODE,
+        args=[str(EVERYTHING), "stdio"],
+        roots=["file:///srv/projects/portal"],
+        request_timeout=30,
+        created_by=alice,
+    )
+    PermissionRule.objects.create(team=team, pattern="mcp__everything", effect=Effect.ALLOW)
+    return server
+
+
 @pytest.fixture
 def fault_server(alice):
     """The hand-written handshake-era stdio server (tests/servers/fault_server.py), registered for Acme."""

@@ -16,13 +16,9 @@ import pytest
 from sessions.mcp.config import ConnectionKey, ServerConfig
 from sessions.mcp.failure import ConnectionFailed
 from sessions.mcp.ssrf import LOCAL_NETWORK
-from tests.conftest import NODE, ROOT, connection_pool
+from tests.conftest import EVERYTHING, EVERYTHING_MISSING, NODE, connection_pool
 
-ENTRY = ROOT / "tests/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
-
-pytestmark = pytest.mark.skipif(
-    not ENTRY.exists(), reason="server-everything is not installed: run `make test-servers`"
-)
+pytestmark = pytest.mark.skipif(not EVERYTHING.exists(), reason=EVERYTHING_MISSING)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +28,7 @@ def everything():
         name="everything",
         transport="stdio",
         command=NODE,
-        args=(str(ENTRY), "stdio"),
+        args=(str(EVERYTHING), "stdio"),
         request_timeout=15,
     )
     with connection_pool() as pool:

@@ -11,34 +11,14 @@ import asyncio
 
 import pytest
 
-from servers.models import Effect, PermissionRule, Server
-from tests.conftest import NODE, ROOT
+from tests.conftest import EVERYTHING, EVERYTHING_MISSING
 from tests.ws import Playground, session_cookie
 
-ENTRY = ROOT / "tests/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
-
 pytestmark = [
-    pytest.mark.skipif(not ENTRY.exists(), reason="server-everything is not installed: run `make test-servers`"),
+    pytest.mark.skipif(not EVERYTHING.exists(), reason=EVERYTHING_MISSING),
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("worker"),
 ]
-
-
-@pytest.fixture
-def everything(alice):
-    team = alice.memberships.get().team
-    server = Server.objects.create(
-        team=team,
-        name="everything",
-        transport="stdio",
-        command=NODE,
-        args=[str(ENTRY), "stdio"],
-        roots=["file:///srv/projects/portal"],
-        request_timeout=30,
-    )
-    # Its tools carry no annotations, so the default policy would ask before each: not the subject here.
-    PermissionRule.objects.create(team=team, pattern="mcp__everything", effect=Effect.ALLOW)
-    return server
 
 
 async def start(ws: Playground, server: int, tool: str, arguments: dict) -> str:

@@ -9,10 +9,10 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from servers.models import Effect, PermissionRule, Server
+from servers.models import Server
 from tests.browser.conftest import TIMEOUT_MS, log_in
 from tests.browser.test_playground_browser import call_status, open_playground, pick_tool
-from tests.conftest import NODE, ROOT
+from tests.conftest import EVERYTHING, EVERYTHING_MISSING
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -105,20 +105,8 @@ def test_the_password_page_and_the_servers_table_at_1400_px(page: Page, alice, d
     assert page.problems == []
 
 
-EVERYTHING = ROOT / "tests/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
-
-
-@pytest.mark.skipif(not EVERYTHING.exists(), reason="server-everything is not installed: run `make test-servers`")
-def test_a_tool_that_runs_as_a_task_is_marked_in_the_list_its_pane_and_the_server_page(page: Page, alice):
-    everything = Server.objects.create(
-        team=alice.memberships.get().team,
-        name="everything",
-        transport="stdio",
-        command=NODE,
-        args=[str(EVERYTHING), "stdio"],
-        request_timeout=30,
-    )
-    PermissionRule.objects.create(team=everything.team, pattern="mcp__everything", effect=Effect.ALLOW)
+@pytest.mark.skipif(not EVERYTHING.exists(), reason=EVERYTHING_MISSING)
+def test_a_tool_that_runs_as_a_task_is_marked_in_the_list_its_pane_and_the_server_page(page: Page, alice, everything):
     log_in(page, "alice", "pw-alice")
     open_playground(page, everything)
     tools = page.get_by_role("list", name="Tools")

@@ -10,34 +10,26 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from servers.models import Effect, PermissionRule, Server
+from servers.models import Effect, PermissionRule
 from sessions.models import CallStatus, ToolCall
 from tests.browser.conftest import SCREENSHOTS, TIMEOUT_MS, log_in
-from tests.browser.test_page_details_browser import EVERYTHING
 from tests.browser.test_playground_browser import call_status, open_playground, pick_tool
-from tests.conftest import NODE
+from tests.conftest import EVERYTHING, EVERYTHING_MISSING
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 expect.set_options(timeout=TIMEOUT_MS)
 
 
-@pytest.mark.skipif(not EVERYTHING.exists(), reason="server-everything is not installed: run `make test-servers`")
-def test_a_task_is_followed_live_asks_its_question_and_is_listed_on_the_tasks_page(page: Page, alice, bob, demo_server):
+@pytest.mark.skipif(not EVERYTHING.exists(), reason=EVERYTHING_MISSING)
+def test_a_task_is_followed_live_asks_its_question_and_is_listed_on_the_tasks_page(
+    page: Page, alice, bob, demo_server, everything
+):
     team = alice.memberships.get().team
-    everything = Server.objects.create(
-        team=team,
-        name="everything",
-        transport="stdio",
-        command=NODE,
-        args=[str(EVERYTHING), "stdio"],
-        request_timeout=30,
-    )
     # The demo's research may run as a task only in the handshake era (sessions/mcp/demo_tasks.py).
     demo_server.protocol = "legacy"
     demo_server.save()
-    for name in ("everything", "demo"):
-        PermissionRule.objects.create(team=team, pattern=f"mcp__{name}", effect=Effect.ALLOW)
+    PermissionRule.objects.create(team=team, pattern="mcp__demo", effect=Effect.ALLOW)
     # Neither belongs on alice's Tasks page: another person's task, and a call of hers that was no task.
     ToolCall.objects.create(
         user=bob,

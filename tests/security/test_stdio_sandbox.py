@@ -23,7 +23,7 @@ from sessions.mcp import sandbox as sandbox_module
 from sessions.mcp.config import ConnectionKey, ServerConfig
 from sessions.mcp.pool import ConnectionPool
 from sessions.mcp.processes import become_subreaper, group_members, stop_process_group
-from tests.conftest import DEMO_ARGS, ROOT
+from tests.conftest import DEMO_ARGS, EVERYTHING, ROOT
 from tests.helpers import logged_in, probe_failure
 from tests.test_server_registry import stdio_form
 
@@ -198,7 +198,6 @@ def test_the_demo_server_works_in_the_sandbox(demo_server, pool):
 
 
 NODE = shutil.which("node")
-EVERYTHING = ROOT / "tests/npm/node_modules/@modelcontextprotocol/server-everything/dist/index.js"
 
 
 @pytest.mark.skipif(NODE is None or not EVERYTHING.exists(), reason="server-everything: run `make test-servers`")
