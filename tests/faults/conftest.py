@@ -26,6 +26,12 @@ def holder_of(path: Path) -> int:
     raise LookupError(f"no process holds {path} open")
 
 
+def echo_call(user, server, **fields) -> ToolCall:
+    """A recorded call of the demo's echo, as the portal's check leaves it (allowed), with `fields`."""
+    fields = {"tool": "echo", "arguments": {"message": "m"}, "decision": {"effect": "allow"}, **fields}
+    return ToolCall.objects.create(user=user, server=server, server_name=server.name, **fields)
+
+
 def assert_recorded(call_id: str, *statuses: str) -> ToolCall:
     """The call's record ended with one of `statuses`, a reason if it did not succeed, and its audit row."""
     call = ToolCall.objects.get(pk=call_id)

@@ -15,21 +15,14 @@ from sessions.credentials import Prepared
 from sessions.mcp.pool import CallOutcome
 from sessions.models import CallStatus, ToolCall
 from sessions.worker import tool_call
-from tests.faults.conftest import assert_recorded
+from tests.faults.conftest import assert_recorded, echo_call
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
 def pending(alice, demo_server):
-    return ToolCall.objects.create(
-        user=alice,
-        server=demo_server,
-        server_name="demo",
-        tool="echo",
-        arguments={"message": "m"},
-        decision={"effect": "allow", "reason": "test"},
-    )
+    return echo_call(alice, demo_server)
 
 
 @pytest.fixture

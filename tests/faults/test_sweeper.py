@@ -12,22 +12,14 @@ from django.utils import timezone
 from sessions import affinity, queue
 from sessions.models import CallStatus, ToolCall
 from sessions.worker import Sweeper
-from tests.faults.conftest import assert_recorded
+from tests.faults.conftest import assert_recorded, echo_call
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
 def orphan(alice, demo_server):
-    return ToolCall.objects.create(
-        user=alice,
-        server=demo_server,
-        server_name=demo_server.name,
-        tool="echo",
-        status=CallStatus.RUNNING,
-        worker="ghost:1",
-        decision={"effect": "allow"},
-    )
+    return echo_call(alice, demo_server, status=CallStatus.RUNNING, worker="ghost:1")
 
 
 def test_the_calls_of_a_dead_worker_end_once_its_heartbeat_has_been_missing_a_while(orphan):
