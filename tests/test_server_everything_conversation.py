@@ -176,3 +176,35 @@ def test_cancelling_a_task_cancels_it_on_the_server(alice, everything):
     # The server's own answer to tasks/cancel (the handshake era's carries the task) is on the record.
     task = ToolCall.objects.get(pk=ended["call"]).task
     assert task["status"] == "cancelled" and task["message"] == "Client cancelled task execution.", task
+
+
+def test_a_request_the_server_asks_the_portal_to_run_as_a_task_is_answered_by_the_person(alice, everything):
+    """server-everything's trigger-*-async tools (offered only to a client that declares
+    `tasks.requests`): the server's sampling request comes as a task the portal runs, so the server
+    polls it (tasks/get) and fetches the person's reply (tasks/result); a declined form fails the task."""
+    from sessions.models import ToolCall
+
+    cookie = session_cookie(alice)
+
+    async def scenario():
+        async with Playground(cookie) as ws:
+            sampling_call = await start(ws, everything.pk, "trigger-sampling-request-async", {"prompt": "Say hi"})
+            sampled = await ws.until("sampling.requested", call=sampling_call, timeout=60)
+            answer = {"type": "answer_sampling", "sampling": sampled["sampling"], "action": "approve"}
+            await ws.send(answer | {"text": "Hi from a person, later."})
+            sampling = await ws.until("call.ended", call=sampling_call, timeout=60)
+            asking = await start(ws, everything.pk, "trigger-elicitation-request-async", {})
+            asked = await ws.until("elicitation.requested", call=asking, timeout=60)
+            await ws.send({"type": "answer_elicitation", "elicitation": asked["elicitation"], "action": "decline"})
+            return sampling, await ws.until("call.ended", call=asking, timeout=60)
+
+    sampling, declined = asyncio.run(scenario())
+    assert sampling["status"] == "succeeded", sampling
+    text = sampling["result"]["content"][0]["text"]
+    assert text.startswith("[COMPLETED] Async sampling completed!") and "Hi from a person, later." in text, text
+    exchange = ToolCall.objects.get(pk=sampling["call"]).exchange()
+    sent = [m["message"] for m in exchange if m["direction"] == "received" and m["message"].get("method")]
+    assert [m["method"] for m in sent][:1] == ["sampling/createMessage"] and "task" in sent[0]["params"]
+    assert {"tasks/get", "tasks/result"} <= {m["method"] for m in sent}
+    assert declined["status"] == "succeeded", declined  # the tool reports the task's end as text
+    assert "decline" in str(declined["result"]["content"]).lower(), declined["result"]

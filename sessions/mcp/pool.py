@@ -34,6 +34,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST
 
 from . import apps
+from .client_tasks import ClientTasks, TaskingClient
 from .config import MODERN_VERSION, ConnectionKey, Negotiated, ServerConfig
 from .errors import (
     diagnose,
@@ -300,6 +301,7 @@ class Connection:
     http: HttpTrace = field(default_factory=HttpTrace)
     calls: list[CallHooks] = field(default_factory=list)  # in flight, oldest first
     following: dict[str, CallHooks] = field(default_factory=dict)  # handshake-era tasks, by id, to their calls
+    client_tasks: ClientTasks = field(default_factory=ClientTasks)  # the server's requests run as tasks
     on_server_log: LogSink | None = None  # logs that arrive outside any call
     subscriptions: ResourceSubscriptions | None = None
     wire: Wire = field(init=False)
@@ -353,7 +355,7 @@ class Connection:
 
     def _client(self, config: ServerConfig) -> Client:
         mode, discover = config.connect_mode()
-        return Client(
+        return TaskingClient(
             self._watched(tapped(open_transport(config, self._errlog, self.http), self.wire)),
             mode=mode,
             prior_discover=types.DiscoverResult.model_validate(discover) if discover else None,
@@ -367,6 +369,7 @@ class Connection:
             cache=None,  # the pool caches lists itself, per connection
             # The playground renders MCP Apps, so a server may offer the tools that carry one.
             extensions=[TasksExtension(self._follow_created), advertise(apps.EXTENSION, apps.CLIENT_SETTINGS)],
+            client_tasks=self.client_tasks,
         )
 
     def _serving(self, params: Any = None) -> CallHooks | None:
@@ -535,6 +538,7 @@ class Connection:
         finally:
             self.closed = True
             self.client = None
+            self.client_tasks.close()
             self.on_closed(self)
             if self._errlog is not None:
                 self._last_stderr = self.stderr_tail()
