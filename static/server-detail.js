@@ -116,3 +116,7 @@ button?.addEventListener("click", () => {
   output.replaceChildren(h("p", { class: "muted", text: "Testing… (a worker is connecting to the server)" }));
   socket.send({ type: "test_connection", server: serverId });
 });
+
+// The page renders both buttons disabled: a click before this module ran would do nothing at all.
+if (button) button.disabled = false;
+if (refreshButton) refreshButton.disabled = false;
