@@ -52,7 +52,6 @@ def _now() -> str:
 @dataclass
 class ClientTask:
     id: str
-    method: str
     ttl: int | None
     status: str = "working"
     message: str = ""
@@ -116,7 +115,7 @@ class ClientTasks:
                 code=INVALID_REQUEST, message=f"The portal runs at most {MAX_WORKING} requests as tasks at once."
             )
         ttl = params["task"].get("ttl")
-        task = ClientTask(str(uuid.uuid4()), method, ttl if isinstance(ttl, int) else None)
+        task = ClientTask(str(uuid.uuid4()), ttl if isinstance(ttl, int) else None)
         plain = {k: v for k, v in params.items() if k != "task"}
 
         async def work() -> None:

@@ -211,24 +211,24 @@ def _finish_durably(call_id: str, call: ToolCall, ending: dict[str, Any]) -> Too
     A write the database refuses for what it holds is recorded as a failure that says why.
     """
     ending = {**ending, "result": _storable(ending.get("result")), "error": _storable(ending.get("error", ""))}
-    for attempt in range(1, FINISH_ATTEMPTS + 1):
-        try:
-            return actions.do_finish_tool_call(call_id, call=call, **ending)
-        except (OperationalError, InterfaceError):
-            if attempt == FINISH_ATTEMPTS:
-                raise
-            _pause_for_restart(call_id, attempt, "record the end of")
-        except DatabaseError as exc:
-            if ending.get("error_kind") == "unstorable":
-                raise
-            log.exception("the database refused the end of call %s", call_id)
-            close_old_connections()
-            ending = {
+
+    def write(ending: dict[str, Any]) -> ToolCall:
+        return _durably(call_id, "record the end of", lambda: actions.do_finish_tool_call(call_id, call=call, **ending))
+
+    try:
+        return write(ending)
+    except (OperationalError, InterfaceError):
+        raise  # the database stayed away for the whole half minute
+    except DatabaseError as exc:
+        log.exception("the database refused the end of call %s", call_id)
+        close_old_connections()
+        return write(
+            {
                 "status": CallStatus.FAILED,
                 "error": f"The call ended ({ending['status']}) but its outcome could not be stored: {type(exc).__name__}.",
                 "error_kind": "unstorable",
             }
-    raise AssertionError("unreachable")  # pragma: no cover
+        )
 
 
 def _truncated(outcome: CallOutcome) -> tuple[dict[str, Any] | None, bytes | None]:

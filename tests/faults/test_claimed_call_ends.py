@@ -59,3 +59,32 @@ def test_anything_else_that_breaks_after_the_claim_ends_the_call_failed(pending,
     assert (
         ended.error == "The worker failed: ConnectionError: Error 111 connecting to 127.0.0.1:6379. Connection refused."
     )
+
+
+def test_the_end_is_written_through_a_restart_and_a_refused_outcome_ends_the_call_unstorable(
+    pending, breaks, monkeypatch
+):
+    """The end's write waits out a cut connection with the real outcome; a value the database
+    refuses (what a NUL once was for PostgreSQL) ends the call `unstorable`, saying so."""
+    from django.db import DataError
+
+    from sessions import actions
+
+    refusals = [OperationalError("the connection is closed"), DataError("unsupported Unicode escape sequence")]
+    real = actions.do_finish_tool_call
+
+    def finish(*args, **kwargs):
+        if refusals:
+            raise refusals.pop(0)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tool_call.actions, "do_finish_tool_call", finish)
+    call, prepared = tool_call._claim(str(pending.id), "a-channel")
+    outcome = CallOutcome(CallStatus.SUCCEEDED, result={"content": [{"type": "text", "text": "m"}]})
+    tool_call._end(str(pending.id), call, outcome, outcome, [], None)
+    ended = assert_recorded(str(pending.id), CallStatus.FAILED)
+    assert not refusals
+    assert (ended.error_kind, ended.error) == (
+        "unstorable",
+        "The call ended (succeeded) but its outcome could not be stored: DataError.",
+    )
